@@ -1,0 +1,3 @@
+"""tilegen: YAML operator specs -> validated kernel instances -> TileLang source for gfx942 and sm_90."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,188 @@
+"""KernelInstance: one spec resolved for one target. Every template variable is a field here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+
+from codegen.errors import SpecError, SpecErrors
+from codegen.hardware import HARDWARE, DTYPE_BYTES, Target
+from codegen.load import LoadedSpec, format_path
+from codegen.rules import check_gemm, lds_bytes
+from codegen.spec import GemmSpec, TailPolicy, WarpPolicy
+
+TEMPLATE_DIR = PurePosixPath("templates")
+
+_POLICY = {
+    WarpPolicy.SQUARE: "T.GemmWarpPolicy.Square",
+    WarpPolicy.FULL_ROW: "T.GemmWarpPolicy.FullRow",
+    WarpPolicy.FULL_COL: "T.GemmWarpPolicy.FullCol",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmInstance:
+    """A GEMM kernel for one target: C[M, N] = op(A) @ op(B), fully resolved."""
+
+    # identity
+    name: str
+    target: Target
+    op: str = "gemm"
+    template: str = "gemm.py.j2"
+    # provenance (not part of the identity hash)
+    spec_file: str = field(compare=False)
+    # problem
+    shapes: tuple[tuple[int, int, int], ...]
+    a_dtype: str  # TileLang dtype names for this target
+    b_dtype: str
+    out_dtype: str
+    accum_dtype: str
+    spec_dtypes: tuple[str, str, str, str]  # a, b, out, accumulate as written in the spec
+    layout: str
+    trans_a: bool
+    trans_b: bool
+    # tiling and schedule
+    block_m: int
+    block_n: int
+    block_k: int
+    threads: int
+    policy: str
+    stages: int
+    pipeline_order: tuple[int, ...] | None  # explicit schedule (gfx942); None = TileLang infers (sm_90)
+    pipeline_stage: tuple[int, ...] | None
+    unroll: int
+    swizzle_panel: int
+    k_pack: int | None  # None on targets without k_pack
+    tail: str
+    allow_spills: bool
+    lds_bytes: int
+    tilelang_target: tuple[tuple[str, str], ...]
+
+    # ---- identity -------------------------------------------------------------------------
+    def canonical(self, template_sha256: str) -> str:
+        data = asdict(self)
+        del data["spec_file"]
+        data["template_sha256"] = template_sha256
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def instance_hash(self, template_sha256: str) -> str:
+        return hashlib.sha256(self.canonical(template_sha256).encode()).hexdigest()
+
+    def uri(self, template_sha256: str) -> str:
+        return f"{self.name}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:8]}"
+
+    # ---- template inputs ------------------------------------------------------------------
+    def template_vars(self) -> dict[str, object]:
+        a_shape = "(K, M)" if self.trans_a else "(M, K)"
+        b_shape = "(N, K)" if self.trans_b else "(K, N)"
+        a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
+        b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b else "(BLOCK_K, BLOCK_N)"
+        a_origin = "k * BLOCK_K, row0" if self.trans_a else "row0, k * BLOCK_K"
+        b_origin = "col0, k * BLOCK_K" if self.trans_b else "k * BLOCK_K, col0"
+        if self.pipeline_order is not None:
+            loop = f"T.Pipelined(k_tiles, order={list(self.pipeline_order)}, stage={list(self.pipeline_stage)})"
+        elif self.stages >= 2:
+            loop = f"T.Pipelined(k_tiles, num_stages={self.stages})"
+        else:
+            loop = "T.serial(k_tiles)"
+        gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b}", f"policy={_POLICY[WarpPolicy(self.policy)]}"]
+        if self.k_pack is not None and self.k_pack > 1:
+            gemm_args.append(f"k_pack={self.k_pack}")
+        return {
+            "a_shape": a_shape, "b_shape": b_shape, "a_tile": a_tile, "b_tile": b_tile,
+            "a_origin": a_origin, "b_origin": b_origin, "k_loop": loop,
+            "gemm_fn": "rocm_gemm" if self.k_pack is not None else "T.gemm",
+            "gemm_args": ", ".join(gemm_args),
+            "target_literal": repr(dict(self.tilelang_target)),
+        }
+
+    def metadata(self, uri: str) -> dict[str, object]:
+        a, b, out, acc = self.spec_dtypes
+        return {
+            "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
+            "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
+            "shapes": [list(s) for s in self.shapes],
+            "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
+                       "threads": self.threads, "policy": self.policy},
+            "pipeline": {"stages": self.stages,
+                         "order": list(self.pipeline_order) if self.pipeline_order else None,
+                         "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
+            "unroll": self.unroll, "swizzle_panel": self.swizzle_panel, "k_pack": self.k_pack,
+            "tail": self.tail, "allow_spills": self.allow_spills, "lds_bytes": self.lds_bytes,
+        }
+
+    @property
+    def out_dir(self) -> PurePosixPath:
+        return PurePosixPath("generated") / self.target.value / self.op
+
+
+KernelInstance = GemmInstance
+
+
+def _explicit_schedule(stages: int) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:
+    """order/stage lists for (copy A, copy B, gemm): loads run stages-1 tiles ahead of the MMA."""
+    if stages < 2:
+        return None, None
+    return (0, 1, 2), (0, 0, stages - 1)
+
+
+def gemm_instance(loaded: LoadedSpec, target: Target) -> GemmInstance:
+    spec: GemmSpec = loaded.spec
+    hw = HARDWARE[target]
+    tuning, _ = spec.tuning_for(target)
+    t = tuning.tiling
+    order, stage = _explicit_schedule(tuning.pipeline.stages) if hw.needs_explicit_pipeline else (None, None)
+    d = spec.dtypes
+    return GemmInstance(
+        name=spec.name, target=target, spec_file=loaded.doc.file,
+        shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
+        a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
+        out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
+        spec_dtypes=(d.a.value, d.b.value, d.out.value, d.accumulate.value),
+        layout=spec.layout.value, trans_a=spec.layout.trans_a, trans_b=spec.layout.trans_b,
+        block_m=t.block_m, block_n=t.block_n, block_k=t.block_k, threads=t.threads, policy=t.policy.value,
+        stages=tuning.pipeline.stages, pipeline_order=order, pipeline_stage=stage,
+        unroll=tuning.unroll, swizzle_panel=tuning.swizzle_panel,
+        k_pack=tuning.k_pack if hw.has_k_pack else None,
+        tail=spec.tail.value, allow_spills=spec.allow_spills, lds_bytes=lds_bytes(spec, tuning),
+        tilelang_target=tuple(sorted(hw.tilelang_target.items())),
+    )
+
+
+def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = None) -> list[GemmInstance]:
+    """Check every rule on every (spec, target) and across the whole set; return sorted instances.
+
+    All errors of the set are collected and raised together, so nothing is generated from a set
+    that has any error.
+    """
+    errors: list[SpecError] = []
+    first_by_name: dict[str, LoadedSpec] = {}
+    instances: list[GemmInstance] = []
+    for ls in loaded:
+        spec = ls.spec
+        if spec.name in first_by_name:
+            first = first_by_name[spec.name]
+            errors.append(SpecError(ls.locate(("name",)),
+                                    f"name='{spec.name}': duplicate name (first defined at {first.locate(('name',))})",
+                                    "duplicate_name"))
+            continue
+        first_by_name[spec.name] = ls
+        if len(set(spec.targets)) != len(spec.targets):
+            errors.append(SpecError(ls.locate(("targets",)), "targets: listed twice", "duplicate_target"))
+        for tgt in spec.overrides:
+            if tgt not in spec.targets:
+                errors.append(SpecError(ls.locate(("overrides", tgt.value), key=True),
+                                        f"overrides.{tgt.value}: {tgt.value} is not in targets", "override_target"))
+        for tgt in sorted(set(spec.targets)):
+            for v in check_gemm(spec, HARDWARE[tgt]):
+                shown = format_path(v.path)
+                if v.value is not None:
+                    shown += f"={v.value}"
+                errors.append(SpecError(ls.locate(v.path), f"{shown}: {v.message}", v.rule))
+            if targets is None or tgt in targets:
+                instances.append(gemm_instance(ls, tgt))
+    if errors:
+        raise SpecErrors(errors)
+    return sorted(instances, key=lambda i: (i.target.value, i.op, i.name))

@@ -1,0 +1,63 @@
+"""TileLang lowering of generated modules to device source (HIP C++ for gfx942, CUDA C++ for sm_90).
+
+Works on a machine without a GPU: lowering stops at device source and needs no driver.
+"""
+
+from __future__ import annotations
+
+import linecache
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from codegen.errors import TilegenError
+from codegen.hardware import HARDWARE, Target
+from codegen.render import RenderedFile
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoweredKernel:
+    uri: str
+    target: Target
+    shape: tuple[int, ...]
+    source: str
+
+    @property
+    def suffix(self) -> str:
+        return ".hip" if HARDWARE[self.target].vendor == "amd" else ".cu"
+
+    @property
+    def relpath(self) -> PurePosixPath:
+        return PurePosixPath(self.target.value) / self.uri / ("x".join(map(str, self.shape)) + self.suffix)
+
+
+def load_module(rendered: RenderedFile) -> types.ModuleType:
+    """Import a rendered module from its text (no file needed). TileLang reads the source of
+    decorated functions, so the text is registered with linecache under the module's path."""
+    filename = f"<tilegen>/{rendered.path}"
+    linecache.cache[filename] = (len(rendered.text), None, rendered.text.splitlines(True), filename)
+    module = types.ModuleType(rendered.uri)
+    module.__file__ = filename
+    sys.modules[rendered.uri] = module
+    exec(compile(rendered.text, filename, "exec"), module.__dict__)
+    return module
+
+
+def lower(rendered: RenderedFile, shape: tuple[int, ...], target: Target) -> LoweredKernel:
+    """Lower one generated kernel at one problem size for `target`."""
+    import tilelang
+    from tvm.target import Target as TvmTarget
+
+    module = load_module(rendered)
+    tl_target = dict(HARDWARE[target].tilelang_target)
+    try:
+        func = module.make_kernel(*shape)
+        with TvmTarget(tl_target):
+            artifact = tilelang.lower(func, target=tl_target)
+    except Exception as exc:  # TileLang raises many types; report them as one line per kernel
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TilegenError(f"{rendered.path}: lowering {shape} for {target} failed: {type(exc).__name__}: {first}") from exc
+    source = artifact.kernel_source
+    return LoweredKernel(uri=rendered.uri, target=target, shape=tuple(shape), source=source)
+

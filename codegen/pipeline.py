@@ -1,0 +1,68 @@
+"""The library entry points the CLI calls: spec paths -> instances -> rendered files -> lowered source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from codegen.errors import TilegenError
+from codegen.hardware import Target
+from codegen.instance import KernelInstance, build_instances
+from codegen.load import load_spec_files
+from codegen.lower import LoweredKernel, lower
+from codegen.render import (
+    REPO_ROOT, CheckResult, GenResult, RenderedFile, check_files, render_all, target_dirs, write_files,
+)
+
+DEFAULT_SPEC_DIR = "specs"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    root: Path = REPO_ROOT
+
+    def spec_paths(self, paths: list[Path] | None) -> list[Path]:
+        return list(paths) if paths else [self.root / DEFAULT_SPEC_DIR]
+
+    def instances(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[KernelInstance]:
+        loaded = load_spec_files(self.spec_paths(paths), self.root)
+        return build_instances(loaded, targets)
+
+    def rendered(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[RenderedFile]:
+        return render_all(self.instances(paths, targets), self.root)
+
+    def _prune_dirs(self, paths, targets) -> set[PurePosixPath]:
+        # Stale files are only pruned/reported when the whole default spec set is generated.
+        if paths:
+            return set()
+        return target_dirs(targets or list(Target))
+
+    def generate(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> GenResult:
+        files = self.rendered(paths, targets)
+        return write_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets))
+
+    def check(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> CheckResult:
+        files = self.rendered(paths, targets)
+        return check_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets))
+
+    def select(self, names: list[str], *, all_: bool, targets: list[Target] | None) -> list[RenderedFile]:
+        """Rendered files of the named instances (spec name or URI), or of all of them."""
+        files = self.rendered(None, targets)
+        if all_:
+            return files
+        if not names:
+            raise TilegenError("name a kernel (spec name or URI) or pass --all")
+        chosen = []
+        for n in names:
+            hits = [f for f in files if n in (f.uri, f.instance.name)]
+            if not hits:
+                raise TilegenError(f"no kernel named '{n}' (see `tilegen list`)")
+            chosen.extend(hits)
+        return chosen
+
+    def lower(self, files: list[RenderedFile], *, all_shapes: bool = True) -> list[LoweredKernel]:
+        out = []
+        for f in files:
+            shapes = f.instance.shapes if all_shapes else f.instance.shapes[:1]
+            out.extend(lower(f, s, f.instance.target) for s in shapes)
+        return out

@@ -1,0 +1,162 @@
+"""Legality rules: named predicates over (spec, target). Each failure says which rule and why.
+
+A rule gets the spec, the target's hardware record and the effective tunables for that target, and
+yields `Violation`s whose `path` is the spec field to blame (an override's field when the value came
+from `overrides.<target>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from codegen.hardware import DTYPE_BYTES, DType, Hardware
+from codegen.spec import GemmSpec, GemmTuning, Layout, TailPolicy
+
+FieldPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Violation:
+    rule: str
+    path: FieldPath
+    value: object
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmContext:
+    spec: GemmSpec
+    hw: Hardware
+    tuning: GemmTuning
+    origin: dict[str, tuple[str, ...]]  # tuning field -> spec path it came from
+
+    def at(self, field: str, *rest: str | int) -> FieldPath:
+        return self.origin[field] + rest
+
+
+def lds_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers."""
+    t = tuning.tiling
+    per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
+    return per_stage * max(1, tuning.pipeline.stages)
+
+
+GemmRule = Callable[[GemmContext], Iterator[Violation]]
+
+
+def dtype_supported(c: GemmContext) -> Iterator[Violation]:
+    d = c.spec.dtypes
+    for field in ("a", "b", "out", "accumulate"):
+        dt = getattr(d, field)
+        if dt not in c.hw.tilelang_dtypes:
+            yield Violation(rule="dtype_supported", path=("dtypes", field), value=dt.value,
+                            message=f"not supported on {c.hw.target}")
+    if d.a != d.b:
+        yield Violation(rule="dtype_supported", path=("dtypes", "b"), value=d.b.value,
+                        message=f"must equal dtypes.a ({d.a.value}): mixed-input MMA is not supported")
+    if d.accumulate != DType.FP32:
+        yield Violation(rule="dtype_supported", path=("dtypes", "accumulate"), value=d.accumulate.value,
+                        message="the accumulator must be fp32")
+    if d.out == DType.FP8_E4M3:
+        yield Violation(rule="dtype_supported", path=("dtypes", "out"), value=d.out.value,
+                        message="fp8 output needs a scale, which the gemm template does not have")
+    if d.a == DType.FP8_E4M3 and c.spec.layout != Layout.NT:
+        yield Violation(rule="dtype_supported", path=("layout",), value=c.spec.layout.value,
+                        message=f"fp8 matrix cores on {c.hw.target} need K-major operands: use layout nt")
+
+
+def wave_multiple(c: GemmContext) -> Iterator[Violation]:
+    threads = c.tuning.tiling.threads
+    hw = c.hw
+    if threads % hw.wave_lanes or threads < hw.min_threads:
+        yield Violation(rule="wave_multiple", path=c.at("tiling", "threads"), value=threads,
+                        message=f"must be a multiple of the {hw.wave_lanes}-lane {hw.wave_word} on {hw.target}")
+    elif threads > hw.max_threads_per_workgroup:
+        yield Violation(rule="wave_multiple", path=c.at("tiling", "threads"), value=threads,
+                        message=f"exceeds {hw.max_threads_per_workgroup} threads per workgroup on {hw.target}")
+
+
+def mma_shape(c: GemmContext) -> Iterator[Violation]:
+    t = c.tuning.tiling
+    mma = c.hw.mma_shapes[c.spec.dtypes.a][0]
+    k_pack = c.tuning.k_pack if c.hw.has_k_pack else 1
+    word = f"{c.spec.dtypes.a.value} MMA tile {mma} on {c.hw.target}"
+    if t.block_m % mma.m:
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_m"), value=t.block_m,
+                        message=f"must be a multiple of {mma.m} (the {word})")
+    if t.block_n % mma.n:
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_n"), value=t.block_n,
+                        message=f"must be a multiple of {mma.n} (the {word})")
+    if t.block_k % (mma.k * k_pack):
+        packed = f" times k_pack={k_pack}" if k_pack > 1 else ""
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_k"), value=t.block_k,
+                        message=f"must be a multiple of {mma.k * k_pack} (the {word}{packed})")
+    waves = t.threads // c.hw.wave_lanes
+    tiles = (t.block_m // mma.m) * (t.block_n // mma.n)
+    if waves and tiles and tiles % waves:
+        yield Violation(rule="mma_shape", path=c.at("tiling", "threads"), value=t.threads,
+                        message=f"{waves} {c.hw.wave_word}s cannot share the {tiles} MMA tiles of a "
+                                f"{t.block_m}x{t.block_n} block evenly")
+
+
+def lds_budget(c: GemmContext) -> Iterator[Violation]:
+    need = lds_bytes(c.spec, c.tuning)
+    have = c.hw.lds_bytes_per_workgroup
+    if need > have:
+        t = c.tuning.tiling
+        yield Violation(
+            rule="lds_budget", path=c.at("tiling"), value=None,
+            message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s) need "
+                    f"{need} B of {c.hw.lds_word}, over the {have} B ({have // 1024} KiB) per workgroup on {c.hw.target}",
+        )
+
+
+def tail_policy(c: GemmContext) -> Iterator[Violation]:
+    if c.spec.tail != TailPolicy.NONE:
+        return
+    t = c.tuning.tiling
+    for i, s in enumerate(c.spec.shapes):
+        ragged = [f"{d}={v} % {b}" for d, v, b in (("m", s.m, t.block_m), ("n", s.n, t.block_n), ("k", s.k, t.block_k)) if v % b]
+        if ragged:
+            yield Violation(rule="tail_policy", path=("shapes", i), value=None,
+                            message=f"{', '.join(ragged)} not a block multiple: set tail: predicated or specialized")
+
+
+def unroll_fits(c: GemmContext) -> Iterator[Violation]:
+    u = c.tuning.unroll
+    if u == 1:
+        return
+    if c.tuning.pipeline.stages >= 2:
+        yield Violation(rule="unroll_pipeline", path=c.at("unroll"), value=u,
+                        message="a pipelined K loop is scheduled by stages; unroll needs pipeline.stages <= 1")
+    bk = c.tuning.tiling.block_k
+    for i, s in enumerate(c.spec.shapes):
+        if s.k % (bk * u):
+            yield Violation(rule="unroll_divides", path=c.at("unroll"), value=u,
+                            message=f"shapes[{i}].k={s.k} is not a multiple of block_k*unroll={bk * u}")
+
+
+def k_pack_target(c: GemmContext) -> Iterator[Violation]:
+    override = c.spec.overrides.get(c.hw.target)
+    if not c.hw.has_k_pack and override is not None and override.k_pack not in (None, 1):
+        yield Violation(rule="k_pack_target", path=("overrides", c.hw.target.value, "k_pack"), value=override.k_pack,
+                        message=f"k_pack exists only for gfx942's MFMA gemm, not {c.hw.target}")
+
+
+def swizzle_panel(c: GemmContext) -> Iterator[Violation]:
+    p = c.tuning.swizzle_panel
+    if p not in (0, 1) and p & (p - 1):
+        yield Violation(rule="swizzle_panel", path=c.at("swizzle_panel"), value=p,
+                        message="must be 0 (off) or a power of two")
+
+
+GEMM_RULES: tuple[GemmRule, ...] = (
+    dtype_supported, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel,
+)
+
+
+def check_gemm(spec: GemmSpec, hw: Hardware) -> list[Violation]:
+    tuning, origin = spec.tuning_for(hw.target)
+    ctx = GemmContext(spec=spec, hw=hw, tuning=tuning, origin=origin)
+    return [v for rule in GEMM_RULES for v in rule(ctx)]

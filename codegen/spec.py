@@ -1,0 +1,152 @@
+"""What the user writes: pydantic models of an operator spec, validated field by field.
+
+Rules that need a target (hardware limits) live in `codegen.rules`; this module only checks what a
+single field or a spec on its own can be wrong about.
+"""
+
+from __future__ import annotations
+
+import keyword
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+from codegen.hardware import DType, Target
+
+PositiveInt = Annotated[StrictInt, Field(gt=0)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
+
+
+def _not_keyword(name: str) -> str:
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        raise ValueError(f"'{name}' is a Python keyword")
+    return name
+
+
+# A kernel name becomes a file name, a Python identifier and a kernel symbol: lower-case identifier only.
+Identifier = Annotated[
+    str,
+    Field(pattern=NAME_PATTERN, description="lower-case identifier, at most 48 characters"),
+    AfterValidator(_not_keyword),
+]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WarpPolicy(StrEnum):
+    """How TileLang splits a block's tile among its waves/warps (tilelang.GemmWarpPolicy)."""
+
+    SQUARE = "square"
+    FULL_ROW = "full_row"
+    FULL_COL = "full_col"
+
+
+class TailPolicy(StrEnum):
+    NONE = "none"  # every shape must be a multiple of the block
+    PREDICATED = "predicated"  # one kernel, bounds-checked loads/stores
+    SPECIALIZED = "specialized"  # unchecked interior kernel + separate bounds-checked edge kernels
+
+
+class Layout(StrEnum):
+    """BLAS-style: first letter A, second B. 'n' = stored as written (A: MxK, B: KxN); 't' = stored
+    transposed (A: KxM, B: NxK). 'nt' is nn.Linear's A @ W^T."""
+
+    NN = "nn"
+    NT = "nt"
+    TN = "tn"
+    TT = "tt"
+
+    @property
+    def trans_a(self) -> bool:
+        return self.value[0] == "t"
+
+    @property
+    def trans_b(self) -> bool:
+        return self.value[1] == "t"
+
+
+class GemmDTypes(Model):
+    a: DType
+    b: DType
+    out: DType
+    accumulate: DType = DType.FP32
+
+
+class GemmShape(Model):
+    m: PositiveInt
+    n: PositiveInt
+    k: PositiveInt
+
+
+class Tiling(Model):
+    block_m: PositiveInt
+    block_n: PositiveInt
+    block_k: PositiveInt
+    threads: PositiveInt
+    policy: WarpPolicy = WarpPolicy.SQUARE
+
+
+class Pipeline(Model):
+    # K-loop stages: 0 or 1 = one LDS buffer, no overlap; N >= 2 = N LDS buffers, loads of tile k+N-1
+    # overlap the MMA of tile k. On gfx942 tilegen emits explicit order/stage lists (TileLang 0.1.15
+    # ignores num_stages there); on sm_90 TileLang schedules num_stages itself.
+    stages: Annotated[StrictInt, Field(ge=0, le=4)] = 2
+
+
+class GemmTuning(Model):
+    """The per-target tunables; `overrides.<target>` may replace any of them for one target."""
+
+    tiling: Tiling
+    pipeline: Pipeline = Pipeline()
+    unroll: PositiveInt = 1
+    swizzle_panel: NonNegativeInt = 0
+    k_pack: Literal[1, 2] = 1
+
+
+class GemmOverride(Model):
+    tiling: Tiling | None = None
+    pipeline: Pipeline | None = None
+    unroll: PositiveInt | None = None
+    swizzle_panel: NonNegativeInt | None = None
+    k_pack: Literal[1, 2] | None = None
+
+
+class GemmSpec(Model):
+    name: Identifier
+    op: Literal["gemm"]
+    dtypes: GemmDTypes
+    layout: Layout = Layout.NN
+    shapes: Annotated[list[GemmShape], Field(min_length=1)]
+    tiling: Tiling
+    pipeline: Pipeline = Pipeline()
+    unroll: PositiveInt = 1
+    swizzle_panel: NonNegativeInt = 0
+    k_pack: Literal[1, 2] = 1
+    tail: TailPolicy = TailPolicy.NONE
+    targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
+    overrides: dict[Target, GemmOverride] = {}
+    allow_spills: StrictBool = False
+
+    def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:
+        """The effective tunables for `target` and, per field, the spec path it came from."""
+        override = self.overrides.get(target)
+        values: dict[str, object] = {}
+        origin: dict[str, tuple[str, ...]] = {}
+        for field_name in GemmTuning.model_fields:
+            replaced = getattr(override, field_name) if override is not None else None
+            if replaced is not None:
+                values[field_name] = replaced
+                origin[field_name] = ("overrides", target.value, field_name)
+            else:
+                values[field_name] = getattr(self, field_name)
+                origin[field_name] = (field_name,)
+        return GemmTuning(**values), origin
+
+
+SPEC_MODELS: dict[str, type[Model]] = {"gemm": GemmSpec}
+OpSpec = GemmSpec
