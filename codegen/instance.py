@@ -57,6 +57,7 @@ class GemmInstance:
     k_pack: int | None  # None on targets without k_pack
     tail: str
     allow_spills: bool
+    min_waves_per_simd: int | None
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
 
@@ -110,7 +111,7 @@ class GemmInstance:
                          "order": list(self.pipeline_order) if self.pipeline_order else None,
                          "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
             "unroll": self.unroll, "swizzle_panel": self.swizzle_panel, "k_pack": self.k_pack,
-            "tail": self.tail, "allow_spills": self.allow_spills, "lds_bytes": self.lds_bytes,
+            "tail": self.tail, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
 
     @property
@@ -146,7 +147,7 @@ def gemm_instance(loaded: LoadedSpec, target: Target) -> GemmInstance:
         stages=tuning.pipeline.stages, pipeline_order=order, pipeline_stage=stage,
         unroll=tuning.unroll, swizzle_panel=tuning.swizzle_panel,
         k_pack=tuning.k_pack if hw.has_k_pack else None,
-        tail=spec.tail.value, allow_spills=spec.allow_spills, lds_bytes=lds_bytes(spec, tuning),
+        tail=spec.tail.value, allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd, lds_bytes=lds_bytes(spec, tuning),
         tilelang_target=tuple(sorted(hw.tilelang_target.items())),
     )
 

@@ -130,7 +130,8 @@ class GemmSpec(Model):
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
     overrides: dict[Target, GemmOverride] = {}
-    allow_spills: StrictBool = False
+    allow_spills: StrictBool = False  # a build with register spills fails unless this is true
+    min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None  # gfx942 occupancy floor for `build`
 
     def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:
         """The effective tunables for `target` and, per field, the spec path it came from."""
