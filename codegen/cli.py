@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from codegen.errors import SpecError, TilegenError
+from codegen.errors import SpecError, SpecErrors, TilegenError
 from codegen.hardware import Target
 from codegen.pipeline import Project
 from codegen.starter import starter_spec
@@ -34,7 +34,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output o
 
 def _fail(exc: TilegenError) -> None:
     for line in str(exc).splitlines():
-        err.print(f"error: {line}" if not isinstance(exc, SpecError) and ": " not in line[:80] else line, markup=False)
+        # spec errors already start with file:line:col; everything else is marked as an error
+        err.print(line if isinstance(exc, (SpecError, SpecErrors)) else f"error: {line}", markup=False)
     raise typer.Exit(1)
 
 
@@ -131,6 +132,35 @@ def new_gemm(
     project = _project()
     path = _run(lambda: starter_spec(name, dest, project.root))
     out.print(f"wrote {path}", markup=False)
+
+
+GpuJobs = Annotated[Optional[int], typer.Option("--jobs", "-j", help="Parallel compile processes (default: all cores).")]
+Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one kernel case may take before its worker is killed.")]
+ReportDir = Annotated[Path, typer.Option("--out", help="Reports go to OUT/<device>/.")]
+
+
+@app.command()
+def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
+           jobs: GpuJobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
+    """Run kernels on the GPU present and compare with torch (fp32 reference, negative controls)."""
+    from codegen.gpucli import run_verify
+
+    files = _run(lambda: _project().select(names or [], all_=all_, targets=target))
+    ok = _run(lambda: run_verify(files, out_dir=out_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
+          jobs: GpuJobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
+    """Time kernels on the GPU present beside torch eager and torch.compile (same run, L2 flushed)."""
+    from codegen.gpucli import run_bench
+
+    files = _run(lambda: _project().select(names or [], all_=all_, targets=target))
+    ok = _run(lambda: run_bench(files, out_dir=out_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
+    if not ok:
+        raise typer.Exit(1)
 
 
 def main() -> None:

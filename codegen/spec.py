@@ -7,10 +7,12 @@ single field or a spec on its own can be wrong about.
 from __future__ import annotations
 
 import keyword
+import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic_core import PydanticCustomError
 
 from codegen.hardware import DType, Target
 
@@ -20,18 +22,24 @@ NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 
 
-def _not_keyword(name: str) -> str:
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a kernel, or None. A kernel name becomes a file name, a Python
+    identifier and a kernel symbol, so only lower-case identifiers that are not keywords will do."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        return "must be a lower-case identifier: a letter, then letters, digits or '_' (at most 48 characters)"
     if keyword.iskeyword(name) or keyword.issoftkeyword(name):
-        raise ValueError(f"'{name}' is a Python keyword")
+        return "is a Python keyword"
+    return None
+
+
+def _check_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem:
+        raise PydanticCustomError("identifier", problem)
     return name
 
 
-# A kernel name becomes a file name, a Python identifier and a kernel symbol: lower-case identifier only.
-Identifier = Annotated[
-    str,
-    Field(pattern=NAME_PATTERN, description="lower-case identifier, at most 48 characters"),
-    AfterValidator(_not_keyword),
-]
+Identifier = Annotated[str, AfterValidator(_check_name)]
 
 
 class Model(BaseModel):
@@ -131,6 +139,8 @@ class GemmSpec(Model):
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
     overrides: dict[Target, GemmOverride] = {}
     allow_spills: StrictBool = False  # a build with register spills fails unless this is true
+    # multiplies verify's tolerance (README "Verification"); < 1 tightens, > 1 loosens; reported with results
+    verify_tolerance_scale: Annotated[float, Field(gt=0, le=100)] = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None  # gfx942 occupancy floor for `build`
 
     def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:

@@ -1,0 +1,154 @@
+"""Benchmarks on the GPU present: the generated kernel beside torch eager and torch.compile, timed
+the same way in the same run (CUDA/HIP events, warm-up, L2 flushed before every timed launch)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from codegen.hardware import HARDWARE, DType, Target
+
+BASELINES = ("eager", "compile")
+MIN_ITERS, MAX_ITERS, TARGET_MS = 10, 200, 300.0
+
+
+def flush_bytes(l2_bytes: int, vendor: str) -> int:
+    """Bytes to overwrite between timed runs: 4x the L2 torch reports, and at least 1 GiB on AMD,
+    whose 256 MiB Infinity Cache is not in L2_cache_size (TileLang's default 256 MB is too small)."""
+    floor = 1 << 30 if vendor == "amd" else 256 << 20
+    return max(4 * l2_bytes, floor)
+
+
+def time_ms(fn, flush, *, warmup: int = 3) -> list[float]:
+    """Per-launch times in ms, each launch after the flush buffer is overwritten."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    iters = int(min(MAX_ITERS, max(MIN_ITERS, TARGET_MS / max(start.elapsed_time(end), 1e-3))))
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for s, e in pairs:
+        flush.zero_()
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in pairs]
+
+
+@dataclass(kw_only=True)
+class Timing:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    iters: int
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Timing:
+        q = statistics.quantiles(samples, n=10) if len(samples) >= 2 else [samples[0]] * 9
+        return cls(median_ms=statistics.median(samples), p10_ms=q[0], p90_ms=q[-1], iters=len(samples))
+
+
+@dataclass(kw_only=True)
+class BenchRow:
+    uri: str
+    name: str
+    target: str
+    shape: tuple[int, int, int]
+    dtypes: str
+    status: str  # ok | error | skipped
+    error: str = ""
+    kernel: Timing | None = None
+    baselines: dict[str, Timing] = field(default_factory=dict)
+    baseline_errors: dict[str, str] = field(default_factory=dict)
+    flops: float = 0.0
+    bytes: float = 0.0
+    tflops: float | None = None
+    gbps: float | None = None
+    pct_peak: float | None = None
+    pct_copy_bw: float | None = None
+    bound: str = ""
+    speedup: dict[str, float] = field(default_factory=dict)
+
+
+_COMPILED: dict[tuple, object] = {}
+
+
+def _baseline_fns(inst, A, B, out_dtype, run_target: Target):
+    """torch implementations of the same GEMM on the same stored operands."""
+    import torch
+
+    a = A.t() if inst.trans_a else A
+    b = B.t() if inst.trans_b else B
+    if DType(inst.spec_dtypes[0]) == DType.FP8_E4M3:
+        one = torch.ones((), device=A.device, dtype=torch.float32)
+
+        def op(x, y):
+            return torch._scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=out_dtype)
+    elif out_dtype != A.dtype:
+        def op(x, y):
+            return torch.matmul(x, y).to(out_dtype)
+    else:
+        op = torch.matmul
+    key = (inst.spec_dtypes, inst.layout)
+    if key not in _COMPILED:
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        _COMPILED[key] = torch.compile(op, dynamic=False)
+    compiled = _COMPILED[key]
+    return {"eager": lambda: op(a, b), "compile": lambda: compiled(a, b)}
+
+
+def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps: float) -> BenchRow:
+    """Time one kernel at one shape beside the baselines; runs inside a worker process."""
+    import torch
+
+    from codegen.gpu import compile_kernel
+    from codegen.ops import gemm_bytes, gemm_flops, make_inputs, torch_dtype
+
+    inst = rendered.instance
+    m, n, k = shape
+    kernel = compile_kernel(rendered, shape, run_target)
+    case = make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
+    out_dtype = torch_dtype(inst.spec_dtypes[2], run_target)
+    c = torch.empty((m, n), dtype=out_dtype, device="cuda")
+    flush = torch.empty(flush_nbytes, dtype=torch.uint8, device="cuda")
+    row = BenchRow(uri=rendered.uri, name=inst.name, target=inst.target.value, shape=tuple(shape),
+                   dtypes="/".join(inst.spec_dtypes[:3]), status="ok",
+                   flops=gemm_flops(m, n, k), bytes=gemm_bytes(inst, m, n, k))
+    row.kernel = Timing.of(time_ms(lambda: kernel(case.A, case.B, c), flush))
+    for name, fn in _baseline_fns(inst, case.A, case.B, out_dtype, run_target).items():
+        try:
+            row.baselines[name] = Timing.of(time_ms(fn, flush))
+        except Exception as exc:  # a baseline that cannot run is reported, the kernel's numbers stand
+            row.baseline_errors[name] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+    hw = HARDWARE[run_target]
+    seconds = row.kernel.median_ms / 1e3
+    row.tflops = row.flops / seconds / 1e12
+    row.gbps = row.bytes / seconds / 1e9
+    peak = hw.peak_dense_tflops[DType(inst.spec_dtypes[0])]
+    row.pct_peak = 100.0 * row.tflops / peak
+    row.pct_copy_bw = 100.0 * row.gbps / copy_gbps if copy_gbps else None
+    ridge = peak * 1e12 / (copy_gbps * 1e9 if copy_gbps else hw.hbm_bandwidth_tbps * 1e12)
+    row.bound = "compute" if row.flops / row.bytes >= ridge else "memory"
+    row.speedup = {b: t.median_ms / row.kernel.median_ms for b, t in row.baselines.items()}
+    return row
+
+
+def measure_copy_gbps(flush_nbytes: int) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second), the memory ceiling."""
+    import torch
+
+    nbytes = 2 << 30
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    flush = torch.empty(flush_nbytes, dtype=torch.uint8, device="cuda")
+    t = Timing.of(time_ms(lambda: dst.copy_(src), flush))
+    return 2 * nbytes / (t.median_ms / 1e3) / 1e9

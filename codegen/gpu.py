@@ -1,0 +1,205 @@
+"""Running generated kernels on the GPU that is present, contained in worker processes.
+
+A kernel that faults (illegal address, device assert) kills its CUDA context; one that hangs never
+returns. So kernels run in a worker process that is restarted after any CUDA error, death or
+timeout, and the parent carries on with the next instance. Compilation is done first, in
+parallel, into TileLang's on-disk kernel cache, so each worker only loads compiled kernels.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+from codegen.hardware import HARDWARE, Target
+from codegen.render import RenderedFile
+
+CTX = mp.get_context("spawn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuInfo:
+    name: str
+    vendor: str  # "nvidia" | "amd"
+    run_target: Target  # the tilegen target whose TileLang target compiles for this GPU
+    l2_bytes: int
+    torch_version: str
+    runtime_version: str  # CUDA or HIP version of torch
+
+
+class NoGpu(Exception):
+    """No usable GPU: the message says why (no torch GPU build, no device, unsupported arch)."""
+
+
+def detect_gpu() -> GpuInfo:
+    try:
+        import torch
+    except ImportError as exc:
+        raise NoGpu(f"torch is not importable ({exc})") from None
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        raise NoGpu(f"torch {torch.__version__} is a CPU-only build (no CUDA/ROCm)")
+    if not torch.cuda.is_available():
+        raise NoGpu(f"torch {torch.__version__} sees no GPU")
+    props = torch.cuda.get_device_properties(0)
+    if getattr(torch.version, "hip", None):
+        arch = getattr(props, "gcnArchName", "").split(":")[0]
+        if arch != "gfx942":
+            raise NoGpu(f"AMD GPU {props.name} ({arch}) is not gfx942")
+        return GpuInfo(name=props.name, vendor="amd", run_target=Target.GFX942, l2_bytes=props.L2_cache_size,
+                       torch_version=torch.__version__, runtime_version=f"HIP {torch.version.hip}")
+    if (props.major, props.minor) != (9, 0):
+        raise NoGpu(f"NVIDIA GPU {props.name} is sm_{props.major}{props.minor}, not sm_90")
+    return GpuInfo(name=props.name, vendor="nvidia", run_target=Target.SM_90, l2_bytes=props.L2_cache_size,
+                   torch_version=torch.__version__, runtime_version=f"CUDA {torch.version.cuda}")
+
+
+def run_label(inst_target: Target, run_target: Target) -> str:
+    if inst_target == run_target:
+        return ""
+    return f"logic check: the {inst_target} program run on {run_target}, not {inst_target} performance"
+
+
+def unsupported_on(rendered: RenderedFile, run_target: Target) -> str | None:
+    """Why this instance cannot run on `run_target` at all, or None."""
+    inst = rendered.instance
+    if "fp8_e4m3" in inst.spec_dtypes and inst.target != run_target:
+        return f"{inst.a_dtype} has no {run_target} type (TileLang's CUDA codegen rejects it)"
+    return None
+
+
+# ---------------------------------------------------------------- compilation (parallel, cached)
+def compile_kernel(rendered: RenderedFile, shape: tuple[int, ...], run_target: Target):
+    """Compile (or load from TileLang's cache) one kernel for the GPU present."""
+    import tilelang
+    from tvm.target import Target as TvmTarget
+
+    from codegen.lower import load_module
+
+    module = load_module(rendered)
+    tl_target = dict(HARDWARE[run_target].tilelang_target)
+    with TvmTarget(tl_target):
+        return tilelang.compile(module.make_kernel(*shape), target=tl_target)
+
+
+def _compile_job(rendered: RenderedFile, shape, run_target: Target) -> tuple[str, tuple, float, str]:
+    t0 = time.perf_counter()
+    try:
+        compile_kernel(rendered, shape, run_target)
+        return rendered.uri, tuple(shape), time.perf_counter() - t0, ""
+    except Exception as exc:  # reported per kernel; the run goes on
+        return rendered.uri, tuple(shape), time.perf_counter() - t0, f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def precompile(jobs: list[tuple[RenderedFile, tuple]], run_target: Target, *, workers: int, progress=None) -> dict:
+    """Compile every (kernel, shape) into TileLang's disk cache in parallel; {(uri, shape): error}."""
+    errors: dict[tuple[str, tuple], str] = {}
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=CTX) as pool:
+        futures = [pool.submit(_compile_job, r, s, run_target) for r, s in jobs]
+        for fut in as_completed(futures):
+            uri, shape, _, error = fut.result()
+            if error:
+                errors[(uri, shape)] = error
+            if progress is not None:
+                progress()
+    return errors
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # TileLang/nvcc errors put the useful line last; tracebacks put it first
+    for ln in reversed(lines):
+        if "error" in ln.lower():
+            return ln.strip()[:300]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
+# ---------------------------------------------------------------- contained execution
+def _is_context_fatal(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(s in text for s in ("CUDA error", "AcceleratorError", "illegal", "device-side assert", "HIP error",
+                                   "launch failure"))
+
+
+def _worker_main(conn) -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        fn, args = task
+        try:
+            conn.send(("ok", fn(*args)))
+        except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
+            conn.send(("error", f"{type(exc).__name__}: {_first_line(exc)}", _is_context_fatal(exc),
+                       traceback.format_exc()[-4000:]))
+            if _is_context_fatal(exc):
+                return
+
+
+class ContainedRunner:
+    """Runs functions in a worker process; restarts it after a crash, a CUDA error or a timeout."""
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._proc = None
+        self._conn = None
+
+    def _start(self) -> None:
+        parent, child = CTX.Pipe()
+        self._proc = CTX.Process(target=_worker_main, args=(child,), daemon=True)
+        self._proc.start()
+        self._conn = parent
+
+    def _stop(self, kill: bool) -> None:
+        if self._proc is None:
+            return
+        if kill:
+            self._proc.kill()
+        else:
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        self._proc.join(timeout=10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join()
+        self._proc = self._conn = None
+
+    def call(self, fn, *args) -> tuple[bool, object, str]:
+        """(ok, value-or-error-line, log)."""
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        self._conn.send((fn, args))
+        if not self._conn.poll(self.timeout_s):
+            self._stop(kill=True)
+            return False, f"timed out after {self.timeout_s:.0f} s (worker killed)", ""
+        try:
+            reply = self._conn.recv()
+        except EOFError:
+            code = self._proc.exitcode
+            self._stop(kill=True)
+            return False, f"worker died (exit code {code})", ""
+        if reply[0] == "ok":
+            return True, reply[1], ""
+        _, line, fatal, log = reply
+        if fatal:
+            self._stop(kill=True)
+        return False, line, log
+
+    def close(self) -> None:
+        self._stop(kill=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

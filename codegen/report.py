@@ -1,0 +1,184 @@
+"""Reports of verify and bench: JSON (for machines), CSV, a markdown table and PNG plots."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+from codegen.hardware import HARDWARE, DType, Target
+
+
+def environment(gpu: dict) -> dict:
+    """Where the numbers came from: device, driver, clocks, library versions, git commit."""
+    env = {"device": gpu.get("name"), "torch": gpu.get("torch_version"), "runtime": gpu.get("runtime_version"),
+           "python": platform.python_version()}
+    try:
+        import tilelang
+
+        env["tilelang"] = tilelang.__version__
+    except Exception:  # noqa: BLE001 - the report is still useful without it
+        env["tilelang"] = "unavailable"
+    env["git_commit"] = _git_commit()
+    if gpu.get("vendor") == "nvidia":
+        q = _run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit",
+                  "--format=csv,noheader"])
+        if q:
+            keys = ("driver", "sm_clock", "max_sm_clock", "mem_clock", "power_limit")
+            env.update(dict(zip(keys, (v.strip() for v in q.splitlines()[0].split(",")))))
+    return env
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _git_commit() -> str:
+    out = _run(["git", "rev-parse", "HEAD"]).strip()
+    return out or os.environ.get("TILEGEN_GIT_COMMIT", "unknown")
+
+
+def device_slug(name: str) -> str:
+    m = re.search(r"(H100|H200|MI300X|MI300A|MI325X)", name or "")
+    return (m.group(1) if m else re.sub(r"[^a-z0-9]+", "-", (name or "gpu").lower()).strip("-")).lower()
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _shape(s) -> str:
+    return "x".join(str(v) for v in s)
+
+
+# ---------------------------------------------------------------- verify
+def write_verify(report, out_dir: Path) -> list[Path]:
+    data = {"environment": environment(report.gpu), "gpu": report.gpu, "cases": report.cases}
+    _write(out_dir / "verify.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+    lines = ["| kernel | run on | shape | inputs | seed | status | max abs err | max rel err | mismatch | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in report.cases:
+        note = c["error"] or c["label"]
+        lines.append(f"| {c['uri']} | {c['run_target']} | {_shape(c['shape'])} | {c['inputs']} | {c['seed']} | "
+                     f"{c['status']} | {_fmt(c['max_abs_err'])} | {_fmt(c['max_rel_err'])} | "
+                     f"{_fmt(c['mismatch_ratio'])} | {note} |")
+    _write(out_dir / "verify.md", "\n".join(lines) + "\n")
+    return [out_dir / "verify.json", out_dir / "verify.md"]
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+# ---------------------------------------------------------------- bench
+CSV_FIELDS = ("uri", "name", "target", "shape", "dtypes", "status", "kernel_ms", "kernel_p10_ms", "kernel_p90_ms",
+              "eager_ms", "compile_ms", "tflops", "gbps", "pct_peak", "pct_copy_bw", "bound", "speedup_eager",
+              "speedup_compile", "error")
+
+
+def _flat(row: dict) -> dict:
+    k = row.get("kernel") or {}
+    b = row.get("baselines") or {}
+    s = row.get("speedup") or {}
+    return {
+        "uri": row["uri"], "name": row["name"], "target": row["target"], "shape": _shape(row["shape"]),
+        "dtypes": row["dtypes"], "status": row["status"], "kernel_ms": k.get("median_ms"),
+        "kernel_p10_ms": k.get("p10_ms"), "kernel_p90_ms": k.get("p90_ms"),
+        "eager_ms": (b.get("eager") or {}).get("median_ms"), "compile_ms": (b.get("compile") or {}).get("median_ms"),
+        "tflops": row.get("tflops"), "gbps": row.get("gbps"), "pct_peak": row.get("pct_peak"),
+        "pct_copy_bw": row.get("pct_copy_bw"), "bound": row.get("bound"), "speedup_eager": s.get("eager"),
+        "speedup_compile": s.get("compile"),
+        "error": row.get("error") or "; ".join(f"{n}: {e}" for n, e in (row.get("baseline_errors") or {}).items()),
+    }
+
+
+def write_bench(report, out_dir: Path) -> list[Path]:
+    env = environment(report.gpu)
+    data = {"environment": env, "gpu": report.gpu, "copy_gbps": report.copy_gbps, "flush_bytes": report.flush_bytes,
+            "rows": report.rows}
+    _write(out_dir / "bench.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
+    w.writeheader()
+    for r in report.rows:
+        w.writerow(_flat(r))
+    _write(out_dir / "bench.csv", buf.getvalue())
+    head = (f"Device: {env.get('device')} (driver {env.get('driver', '?')}, SM clock {env.get('sm_clock', '?')}), "
+            f"torch {env.get('torch')}, tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
+            f"Copy bandwidth measured in the same run: {report.copy_gbps:.0f} GB/s. "
+            f"L2 flushed with {report.flush_bytes >> 20} MiB before every timed launch; median over the iterations shown.\n\n")
+    lines = ["| kernel | shape | dtypes | tilegen ms | eager ms | compile ms | TFLOP/s | GB/s | % peak | % copy BW | bound | "
+             "vs eager | vs compile | status |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report.rows:
+        f = _flat(r)
+        lines.append(" | ".join(["", f["uri"], f["shape"], f["dtypes"], _fmt(f["kernel_ms"]), _fmt(f["eager_ms"]),
+                                 _fmt(f["compile_ms"]), _fmt(f["tflops"]), _fmt(f["gbps"]), _fmt(f["pct_peak"]),
+                                 _fmt(f["pct_copy_bw"]), f["bound"] or "", _fmt(f["speedup_eager"]),
+                                 _fmt(f["speedup_compile"]), f["status"] + (f" ({f['error']})" if f["error"] else ""), ""]).strip())
+    _write(out_dir / "bench.md", head + "\n".join(lines) + "\n")
+    paths = [out_dir / "bench.json", out_dir / "bench.csv", out_dir / "bench.md"]
+    paths += _plots(report, out_dir)
+    return paths
+
+
+def _plots(report, out_dir: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    rows = [r for r in report.rows if r["status"] == "ok"]
+    if not rows:
+        return []
+    labels = [f"{r['name']}\n{_shape(r['shape'])}" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(rows)), 5))
+    x = range(len(rows))
+    for off, base in ((-0.2, "eager"), (0.2, "compile")):
+        ax.bar([i + off for i in x], [r["speedup"].get(base, 0) for r in rows], width=0.4, label=f"vs torch {base}")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(list(x), labels, rotation=70, fontsize=7)
+    ax.set_ylabel("speed-up (baseline time / tilegen time)")
+    ax.set_title(f"tilegen vs torch on {report.gpu['name']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "speedup.png", dpi=120)
+    plt.close(fig)
+
+    hw = HARDWARE[Target(report.gpu["run_target"])]
+    bw = report.copy_gbps * 1e9 if report.copy_gbps else hw.hbm_bandwidth_tbps * 1e12
+    fig, ax = plt.subplots(figsize=(7, 5))
+    intens = [r["flops"] / r["bytes"] for r in rows]
+    xs = [min(intens) / 2, max(intens) * 2]
+    for dt in sorted({DType(r["dtypes"].split("/")[0]) for r in rows}):
+        peak = hw.peak_dense_tflops[dt] * 1e12
+        ridge = peak / bw
+        ax.plot([xs[0], ridge, max(xs[1], ridge * 2)], [xs[0] * bw / 1e12, peak / 1e12, peak / 1e12], lw=1,
+                label=f"roofline {dt.value} (copy BW, datasheet peak)")
+    ax.scatter(intens, [r["tflops"] for r in rows], zorder=3)
+    for i, r in zip(intens, rows):
+        ax.annotate(r["name"].removeprefix("gemm_"), (i, r["tflops"]), fontsize=6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / compulsory byte)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"roofline, {report.gpu['name']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "roofline.png", dpi=120)
+    plt.close(fig)
+    return [out_dir / "speedup.png", out_dir / "roofline.png"]

@@ -1,0 +1,167 @@
+"""Numerical verification against a torch fp32 reference, with negative controls.
+
+Tolerance (per output element, documented in README "Verification"):
+
+    tol_ij = scale * ( u_out * |ref_ij|  +  (4 * u_acc * sqrt(K) + 2 * u_in) * (|A|.|B|)_ij )  +  tiny
+
+u_out: unit roundoff of the output dtype (the final rounding); u_acc: of the accumulator the matrix
+cores really use (fp32: 2^-24; Hopper fp8 wgmma keeps ~14 bits: 2^-14); u_in: rounding of inputs
+inside the MMA (tf32 for fp32 inputs on NVIDIA: 2^-11; fp16/bf16/fp8 enter exactly: 0); sqrt(K) is
+the random-walk growth of K accumulation errors and (|A|.|B|)_ij their scale; scale defaults to 1
+and a spec may tighten or loosen it (verify_tolerance_scale). The check passes only if *no* element
+exceeds its tolerance, and only counts as verified if every applicable negative control fails it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from codegen.hardware import DType, Target
+
+UNIT_ROUNDOFF = {DType.FP16: 2.0**-11, DType.BF16: 2.0**-8, DType.FP32: 2.0**-24, DType.FP8_E4M3: 2.0**-4}
+HOPPER_FP8_ACCUMULATOR_ROUNDOFF = 2.0**-14
+TF32_ROUNDOFF = 2.0**-11
+TINY = 1e-30
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    u_out: float
+    u_acc: float
+    u_in: float
+    k: int
+    scale: float = 1.0
+
+    def describe(self) -> str:
+        return (f"{self.scale:g} * ({self.u_out:.3g}*|ref| + (4*{self.u_acc:.3g}*sqrt({self.k}) + 2*{self.u_in:.3g})"
+                f" * |A|.|B|)")
+
+    def bound(self, ref, abs_product):
+        acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + 2.0 * self.u_in
+        return self.scale * (self.u_out * ref.abs() + acc * abs_product) + TINY
+
+
+def gemm_tolerance(spec_dtypes: tuple[str, ...], run_target: Target, k: int, scale: float = 1.0) -> Tolerance:
+    a, _, out, acc = (DType(d) for d in spec_dtypes)
+    u_acc = UNIT_ROUNDOFF[acc]
+    u_in = 0.0
+    if run_target == Target.SM_90 and a == DType.FP8_E4M3:
+        u_acc = max(u_acc, HOPPER_FP8_ACCUMULATOR_ROUNDOFF)
+    if run_target == Target.SM_90 and a == DType.FP32:
+        u_in = TF32_ROUNDOFF
+    return Tolerance(u_out=UNIT_ROUNDOFF[out], u_acc=u_acc, u_in=u_in, k=k, scale=scale)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    max_abs_err: float
+    max_rel_err: float
+    mismatch_ratio: float
+    passed: bool
+
+
+def compare(out, ref, bound) -> Comparison:
+    import torch
+
+    diff = (out.float() - ref).abs()
+    bad = ~(diff <= bound)  # NaN counts as a mismatch
+    rel = diff / ref.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    n = max(diff.numel(), 1)
+    mismatches = int(bad.sum().item())
+    return Comparison(
+        max_abs_err=float(diff.nan_to_num(nan=float("inf")).max().item()) if diff.numel() else 0.0,
+        max_rel_err=float(rel.nan_to_num(nan=float("inf")).max().item()) if diff.numel() else 0.0,
+        mismatch_ratio=mismatches / n,
+        passed=mismatches == 0,
+    )
+
+
+@dataclass(kw_only=True)
+class CaseResult:
+    """One (instance, shape, seed, input kind) check, as reported."""
+
+    uri: str
+    target: str
+    run_target: str
+    shape: tuple[int, int, int]
+    seed: int
+    inputs: str
+    status: str  # verified | failed | vacuous | error | skipped
+    label: str = ""  # e.g. "logic check on NVIDIA" for a gfx942 program run on sm_90
+    tolerance: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatch_ratio: float | None = None
+    controls: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    seconds: float = 0.0
+
+
+def judge(out, ref, abs_product, tol: Tolerance, controls: dict[str, object]) -> tuple[str, Comparison, dict[str, str]]:
+    """Compare the kernel output; then require every negative control to fail the same check."""
+    import torch
+
+    bound = tol.bound(ref, abs_product)
+    result = compare(out, ref, bound)
+    outcome: dict[str, str] = {}
+    vacuous = False
+    for name, wrong in controls.items():
+        if torch.equal(wrong, ref):
+            outcome[name] = "n/a (identical to the reference for this shape)"
+            continue
+        if compare(wrong, ref, bound).passed:
+            outcome[name] = "PASSED (tolerance is vacuous)"
+            vacuous = True
+        else:
+            outcome[name] = "rejected"
+    if not result.passed:
+        status = "failed"
+    elif vacuous:
+        status = "vacuous"
+    else:
+        status = "verified"
+    return status, result, outcome
+
+
+# ---------------------------------------------------------------- on the GPU (runs in a worker)
+SEEDS = (0, 1)
+
+
+def verify_case(rendered, shape: tuple[int, int, int], run_target: Target, seeds=SEEDS) -> list[CaseResult]:
+    """Run one kernel at one shape on every (seed, input kind); executed inside a worker process."""
+    import time
+
+    import torch
+
+    from codegen.gpu import compile_kernel, run_label
+    from codegen.ops import INPUT_KINDS, dropped_k_tile, make_inputs, reference, torch_dtype, wrong_operation
+
+    inst = rendered.instance
+    kernel = compile_kernel(rendered, shape, run_target)
+    m, n, k = shape
+    tol = gemm_tolerance(inst.spec_dtypes, run_target, k, inst.verify_tolerance_scale)
+    out_dtype = torch_dtype(inst.spec_dtypes[2], run_target)
+    results = []
+    for seed in seeds:
+        for kind in INPUT_KINDS:
+            t0 = time.perf_counter()
+            case = make_inputs(inst, shape, seed=seed, kind=kind, device="cuda", run_target=run_target)
+            c = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")  # unwritten output fails
+            kernel(case.A, case.B, c)
+            torch.cuda.synchronize()
+            ref, abs_product = reference(case)
+            controls = {
+                "zeros": torch.zeros_like(ref),
+                "wrong_operation": wrong_operation(case),
+                "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k),
+            }
+            status, cmp, outcome = judge(c, ref, abs_product, tol, controls)
+            results.append(CaseResult(
+                uri=rendered.uri, target=inst.target.value, run_target=run_target.value, shape=tuple(shape), seed=seed,
+                inputs=kind, status=status, label=run_label(inst.target, run_target), tolerance=tol.describe(),
+                max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err, mismatch_ratio=cmp.mismatch_ratio,
+                controls=outcome, seconds=time.perf_counter() - t0,
+            ))
+            del case, c, ref, abs_product, controls
+    return results
