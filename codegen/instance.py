@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
 from codegen.errors import SpecError, SpecErrors
-from codegen.hardware import HARDWARE, DTYPE_BYTES, Target
+from codegen.hardware import HARDWARE, Target
 from codegen.load import LoadedSpec, format_path
 from codegen.rules import check_gemm, lds_bytes
-from codegen.spec import GemmSpec, TailPolicy, WarpPolicy
+from codegen.spec import GemmSpec, WarpPolicy
 
 TEMPLATE_DIR = PurePosixPath("templates")
 

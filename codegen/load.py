@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from codegen.errors import SpecError, SpecErrors
 from codegen.spec import SPEC_MODELS, OpSpec
-from codegen.yamlsrc import FieldPath, SourceDoc, load_yaml
+from codegen.yamlsrc import FieldPath, SourceDoc, format_path, load_yaml
+
+__all__ = ["LoadedSpec", "format_path", "load_spec_files", "parse_specs"]
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -26,11 +30,7 @@ class LoadedSpec:
         return self.doc.locate(self.base + tuple(path), key=key)
 
 
-def format_path(path: FieldPath) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+_ABSENT = object()
 
 
 def _value_at(value, path: FieldPath):
@@ -38,30 +38,74 @@ def _value_at(value, path: FieldPath):
         try:
             value = value[part]
         except (KeyError, IndexError, TypeError):
-            return None
+            return _ABSENT
     return value
 
 
 def _short(value) -> str:
-    text = repr(value) if isinstance(value, str) else str(value)
+    """A scalar as the user would write it in YAML (strings quoted, so '256' reads as text)."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif value is None:
+        text = "null"
+    else:
+        text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _pydantic_errors(exc: ValidationError, entry, doc: SourceDoc, base: FieldPath) -> list[SpecError]:
+def _model_at(annotation, path: FieldPath):
+    """The pydantic model that holds the keys at `path` below `annotation`, or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not path:
+            return annotation
+        field = annotation.model_fields.get(path[0]) if isinstance(path[0], str) else None
+        return _model_at(field.annotation, path[1:]) if field is not None else None
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (list, dict):  # the next path part is an index or a key, not a field
+        return _model_at(args[-1], path[1:]) if path else None
+    for arg in args:  # Annotated, Optional, unions
+        found = _model_at(arg, path)
+        if found is not None:
+            return found
+    return None
+
+
+def _unknown_key(model: type[BaseModel], path: FieldPath) -> str:
+    holder = _model_at(model, path[:-1])
+    if holder is None:
+        return "unknown key"
+    close = difflib.get_close_matches(str(path[-1]), list(holder.model_fields), n=1)
+    return f"unknown key (did you mean '{close[0]}'?)" if close else "unknown key"
+
+
+# pydantic messages that talk Python rather than YAML
+_MESSAGES = {
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+}
+
+
+def _pydantic_errors(exc: ValidationError, model: type[BaseModel], entry, doc: SourceDoc,
+                     base: FieldPath) -> list[SpecError]:
     errors = []
     for err in exc.errors(include_url=False):
-        path = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or "function-" in p)))
+        loc = err["loc"]
+        is_key = "[key]" in loc  # a dict key (an override's target name) failed, not its value
+        path = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or "function-" in p)))
         where = format_path(path) or "<entry>"
         if err["type"] == "extra_forbidden":
-            errors.append(SpecError(doc.locate(base + path, key=True), f"{where}: unknown key", "unknown_key"))
+            errors.append(SpecError(doc.locate(base + path, key=True), f"{where}: {_unknown_key(model, path)}",
+                                    "unknown_key"))
             continue
         if err["type"] == "missing":
             errors.append(SpecError(doc.locate(base + path[:-1]), f"{where}: required field is missing", "missing"))
             continue
-        value = _value_at(entry, path)
-        shown = f"{where}={_short(value)}" if value is not None and not isinstance(value, (dict, list)) else where
-        msg = err["msg"].removeprefix("Value error, ")
-        errors.append(SpecError(doc.locate(base + path), f"{shown}: {msg}", err["type"]))
+        value = path[-1] if is_key else _value_at(entry, path)
+        shown = where if value is _ABSENT or isinstance(value, (dict, list)) or is_key else f"{where}={_short(value)}"
+        msg = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
+        errors.append(SpecError(doc.locate(base + path, key=is_key), f"{shown}: {msg}", err["type"]))
     # one error per location is enough (pydantic may report each union member)
     seen, unique = set(), []
     for e in errors:
@@ -90,16 +134,19 @@ def parse_specs(text: str, file: str) -> list[LoadedSpec]:
         if not isinstance(entry, dict):
             errors.append(SpecError(doc.locate(base), f"{format_path(base) or 'entry'}: must be a mapping", "entry_type"))
             continue
-        op = entry.get("op")
-        if op not in SPEC_MODELS:
-            where = doc.locate(base + ("op",)) if "op" in entry else doc.locate(base)
-            known = ", ".join(sorted(SPEC_MODELS))
-            errors.append(SpecError(where, f"op={_short(op)}: unknown operator (known: {known})", "op"))
+        known = ", ".join(sorted(SPEC_MODELS))
+        if "op" not in entry:
+            errors.append(SpecError(doc.locate(base), f"op: required field is missing (one of: {known})", "missing"))
             continue
+        op = entry["op"]
+        if op not in SPEC_MODELS:
+            errors.append(SpecError(doc.locate(base + ("op",)), f"op={_short(op)}: unknown operator (known: {known})", "op"))
+            continue
+        model = SPEC_MODELS[op]
         try:
-            spec = SPEC_MODELS[op].model_validate(entry)
+            spec = model.model_validate(entry)
         except ValidationError as exc:
-            errors.extend(_pydantic_errors(exc, entry, doc, base))
+            errors.extend(_pydantic_errors(exc, model, entry, doc, base))
             continue
         loaded.append(LoadedSpec(spec=spec, doc=doc, base=base, file_sha256=sha))
     if errors:

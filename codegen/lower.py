@@ -40,7 +40,7 @@ def load_module(rendered: RenderedFile) -> types.ModuleType:
     module = types.ModuleType(rendered.uri)
     module.__file__ = filename
     sys.modules[rendered.uri] = module
-    exec(compile(rendered.text, filename, "exec"), module.__dict__)
+    exec(compile(rendered.text, filename, "exec"), module.__dict__)  # noqa: S102 - our own rendered module
     return module
 
 

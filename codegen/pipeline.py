@@ -11,7 +11,14 @@ from codegen.instance import KernelInstance, build_instances
 from codegen.load import load_spec_files
 from codegen.lower import LoweredKernel, lower
 from codegen.render import (
-    REPO_ROOT, CheckResult, GenResult, RenderedFile, check_files, render_all, target_dirs, write_files,
+    REPO_ROOT,
+    CheckResult,
+    GenResult,
+    RenderedFile,
+    check_files,
+    render_all,
+    target_dirs,
+    write_files,
 )
 
 DEFAULT_SPEC_DIR = "specs"

@@ -92,12 +92,14 @@ def mma_shape(c: GemmContext) -> Iterator[Violation]:
         packed = f" times k_pack={k_pack}" if k_pack > 1 else ""
         yield Violation(rule="mma_shape", path=c.at("tiling", "block_k"), value=t.block_k,
                         message=f"must be a multiple of {mma.k * k_pack} (the {word}{packed})")
+    if t.threads % c.hw.wave_lanes or not c.hw.min_threads <= t.threads <= c.hw.max_threads_per_workgroup:
+        return  # wave_multiple reports the thread count; a wave split of it would mean nothing
     waves = t.threads // c.hw.wave_lanes
     tiles = (t.block_m // mma.m) * (t.block_n // mma.n)
-    if waves and tiles and tiles % waves:
+    if tiles and tiles % waves:
         yield Violation(rule="mma_shape", path=c.at("tiling", "threads"), value=t.threads,
-                        message=f"{waves} {c.hw.wave_word}s cannot share the {tiles} MMA tiles of a "
-                                f"{t.block_m}x{t.block_n} block evenly")
+                        message=f"{waves} {c.hw.wave_word}s cannot share the {tiles} {mma} MMA tiles of a "
+                                f"{t.block_m}x{t.block_n} block evenly on {c.hw.target}")
 
 
 def lds_budget(c: GemmContext) -> Iterator[Violation]:
@@ -108,7 +110,8 @@ def lds_budget(c: GemmContext) -> Iterator[Violation]:
         yield Violation(
             rule="lds_budget", path=c.at("tiling"), value=None,
             message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s) need "
-                    f"{need} B of {c.hw.lds_word}, over the {have} B ({have // 1024} KiB) per workgroup on {c.hw.target}",
+                    f"{need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
+                    f"per workgroup on {c.hw.target}",
         )
 
 
@@ -116,11 +119,14 @@ def tail_policy(c: GemmContext) -> Iterator[Violation]:
     if c.spec.tail != TailPolicy.NONE:
         return
     t = c.tuning.tiling
+    # the block size is the same on every target unless an override changed it; then say which target
+    where = f" on {c.hw.target}" if c.origin["tiling"][0] == "overrides" else ""
     for i, s in enumerate(c.spec.shapes):
-        ragged = [f"{d}={v} % {b}" for d, v, b in (("m", s.m, t.block_m), ("n", s.n, t.block_n), ("k", s.k, t.block_k)) if v % b]
+        dims = (("m", s.m, "block_m", t.block_m), ("n", s.n, "block_n", t.block_n), ("k", s.k, "block_k", t.block_k))
+        ragged = [f"{d}={v} is not a multiple of {b}={bv}" for d, v, b, bv in dims if v % bv]
         if ragged:
             yield Violation(rule="tail_policy", path=("shapes", i), value=None,
-                            message=f"{', '.join(ragged)} not a block multiple: set tail: predicated or specialized")
+                            message=f"{', '.join(ragged)}{where}: set tail: predicated or specialized")
 
 
 def unroll_fits(c: GemmContext) -> Iterator[Violation]:

@@ -11,7 +11,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 from pydantic_core import PydanticCustomError
 
 from codegen.hardware import DType, Target
@@ -140,7 +140,7 @@ class GemmSpec(Model):
     overrides: dict[Target, GemmOverride] = {}
     allow_spills: StrictBool = False  # a build with register spills fails unless this is true
     # multiplies verify's tolerance (README "Verification"); < 1 tightens, > 1 loosens; reported with results
-    verify_tolerance_scale: Annotated[float, Field(gt=0, le=100)] = 1.0
+    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None  # gfx942 occupancy floor for `build`
 
     def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:

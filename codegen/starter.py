@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from codegen.errors import TilegenError
 from codegen.load import parse_specs
-from codegen.spec import NAME_PATTERN
+from codegen.spec import name_problem
 
 GEMM_STARTER = """\
 # tilegen GEMM spec: C[M, N] = op(A) @ op(B). Every field is documented in README.md ("Spec reference").
@@ -38,8 +37,9 @@ GEMM_STARTER = """\
 
 
 def starter_spec(name: str, dest: Path | None, root: Path) -> Path:
-    if not re.fullmatch(NAME_PATTERN, name):
-        raise TilegenError(f"name '{name}': must be a lower-case identifier matching {NAME_PATTERN}")
+    problem = name_problem(name)
+    if problem:
+        raise TilegenError(f"name={name!r}: {problem} [identifier]")
     path = dest if dest is not None else root / "specs" / f"{name}.yaml"
     if path.exists():
         raise TilegenError(f"{path}: already exists; not overwritten")

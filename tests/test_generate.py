@@ -1,0 +1,201 @@
+"""Rendering: deterministic output, one URI per distinct instance, a provenance header, and generated
+modules that stand alone (tilelang only)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from codegen.instance import build_instances
+from codegen.load import parse_specs
+from codegen.pipeline import Project
+from codegen.render import REPO_ROOT, render, render_all
+
+BASE = """\
+- name: g
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16}
+  layout: nt
+  shapes: [{m: 4096, n: 4096, k: 4096}]
+  tiling: {block_m: 128, block_n: 128, block_k: 32, threads: 256, policy: square}
+  pipeline: {stages: 2}
+  unroll: 1
+  swizzle_panel: 0
+  k_pack: 1
+  tail: none
+  allow_spills: false
+  targets: [gfx942, sm_90]
+"""
+
+# one tunable (or problem field) changed at a time
+VARIANTS = {
+    "base": [],
+    "block_k": [("block_k: 32", "block_k: 64")],
+    "block_m": [("block_m: 128", "block_m: 64")],
+    "threads": [("threads: 256", "threads: 128")],
+    "policy": [("policy: square", "policy: full_row")],
+    "stages": [("stages: 2", "stages: 3")],
+    "stages_1": [("stages: 2", "stages: 1")],
+    "unroll": [("stages: 2", "stages: 1"), ("unroll: 1", "unroll: 2")],
+    "swizzle": [("swizzle_panel: 0", "swizzle_panel: 8")],
+    "k_pack": [("k_pack: 1", "k_pack: 2")],
+    "tail": [("tail: none", "tail: predicated")],
+    "layout": [("layout: nt", "layout: nn")],
+    "dtype": [("{a: fp16, b: fp16, out: fp16}", "{a: bf16, b: bf16, out: fp16}")],
+    "out_dtype": [("out: fp16}", "out: fp32}")],
+    "shape": [("k: 4096}", "k: 8192}")],
+    "extra_shape": [("[{m: 4096, n: 4096, k: 4096}]", "[{m: 4096, n: 4096, k: 4096}, {m: 128, n: 128, k: 128}]")],
+    "allow_spills": [("allow_spills: false", "allow_spills: true")],
+    "min_waves": [("allow_spills: false", "allow_spills: false\n  min_waves_per_simd: 2")],
+}
+
+
+def variant(edits) -> str:
+    text = BASE
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def instances_of(text: str, file: str = "specs/x.yaml"):
+    return build_instances(parse_specs(text, file))
+
+
+@pytest.fixture(scope="module")
+def committed():
+    return Project().rendered()
+
+
+def test_rendering_twice_is_byte_identical(committed):
+    again = Project().rendered()
+    assert [(f.path, f.text) for f in again] == [(f.path, f.text) for f in committed]
+    for f in committed[:3]:
+        assert render(f.instance).text == f.text
+
+
+def test_rendering_does_not_depend_on_the_process():
+    """Another interpreter with other hash seeds renders the same bytes (no `hash()`, no set order)."""
+    code = (
+        "import hashlib, json\nfrom codegen.pipeline import Project\n"
+        "print(json.dumps({str(f.path): hashlib.sha256(f.text.encode()).hexdigest() for f in Project().rendered()}))"
+    )
+    here = {str(f.path): hashlib.sha256(f.text.encode()).hexdigest() for f in Project().rendered()}
+    for seed in ("1", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO_ROOT, check=True,
+                             capture_output=True, text=True).stdout
+        assert json.loads(out) == here
+
+
+def test_committed_tree_matches_rendering():
+    result = Project().check()
+    assert result.clean, result
+
+
+def test_committed_uris_are_distinct(committed):
+    uris = [f.uri for f in committed]
+    assert len(set(uris)) == len(uris)
+    for f in committed:
+        assert f.path.name == f"{f.uri}.py"
+        assert f.uri.startswith(f"{f.instance.name}_{f.instance.target.value.replace('_', '')}_")
+
+
+def test_every_tunable_changes_the_uri():
+    by_variant = {name: {i.target.value: i for i in instances_of(variant(edits))} for name, edits in VARIANTS.items()}
+    gfx = {name: render(insts["gfx942"]).uri for name, insts in by_variant.items()}
+    assert len(set(gfx.values())) == len(gfx), gfx
+    # on sm_90 k_pack does not exist (the instance has k_pack=None), so that one variant is the same kernel
+    sm = {name: render(insts["sm_90"]).uri for name, insts in by_variant.items()}
+    assert sm["k_pack"] == sm["base"]
+    assert by_variant["k_pack"]["sm_90"] == by_variant["base"]["sm_90"]
+    del sm["k_pack"]
+    assert len(set(sm.values())) == len(sm), sm
+    # and the target itself is part of the name
+    assert gfx["base"] != render(by_variant["base"]["sm_90"]).uri
+
+
+def test_same_instance_same_uri_whatever_the_file():
+    [a, _] = instances_of(BASE, "specs/a.yaml")
+    [b, _] = instances_of("# moved\n" + BASE, "specs/b.yaml")
+    assert render(a).uri == render(b).uri  # the spec file is provenance, not identity
+    assert render(a).text != render(b).text  # ... which the header still records
+
+
+def test_template_change_changes_the_uri():
+    [inst, _] = instances_of(BASE)
+    assert inst.uri("0" * 64) != inst.uri("1" * 64)
+
+
+def test_distinct_instances_never_share_a_file():
+    insts = [i for edits in VARIANTS.values() for i in instances_of(variant(edits))]
+    unique = {i.canonical("t"): i for i in insts}
+    files = render_all(list(unique.values()))
+    assert len({f.path for f in files}) == len(files)
+
+
+HEADER = re.compile(
+    r"# @generated by tilegen from (?P<spec>specs/[a-z0-9_]+\.yaml) \(sha256:(?P<sha>[0-9a-f]{12})\) "
+    r"via templates/gemm\.py\.j2 — do not edit"
+)
+
+
+def test_header_line(committed):
+    for f in committed:
+        first = f.text.splitlines()[0]
+        m = HEADER.fullmatch(first)
+        assert m, first
+        assert m["spec"] == f.instance.spec_file
+        assert (REPO_ROOT / m["spec"]).is_file()
+        assert f.uri.endswith("_" + m["sha"][:8])  # the header's hash is the URI's, longer
+
+
+def test_generated_modules_import_only_tilelang(committed):
+    for f in committed:
+        tree = ast.parse(f.text)
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                imported.add(node.module.split(".")[0])
+        assert imported == {"tilelang"}, (f.path, imported)
+
+
+IMPORT_CHECK = r"""
+import importlib.util, json, pathlib, sys
+for blocked in ("codegen", "jinja2", "pydantic", "yaml", "typer", "rich"):
+    sys.modules[blocked] = None  # any import of tilegen or its dependencies fails
+rows = []
+for path in sorted(pathlib.Path("generated").glob("*/*/*.py")):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    func = mod.make_kernel(*mod.SHAPES[0])
+    rows.append({"file": path.as_posix(), "uri": mod.URI, "target": mod.TARGET, "shapes": mod.SHAPES,
+                 "metadata": mod.METADATA, "prim_func": type(func).__name__})
+print(json.dumps(rows))
+"""
+
+
+def test_generated_modules_import_without_tilegen(committed):
+    pytest.importorskip("tilelang")
+    out = subprocess.run([sys.executable, "-c", IMPORT_CHECK], cwd=REPO_ROOT, check=True, capture_output=True,
+                         text=True).stdout
+    rows = {r["file"]: r for r in json.loads(out.splitlines()[-1])}
+    assert set(rows) == {str(f.path) for f in committed}
+    for f in committed:
+        r = rows[str(f.path)]
+        inst = f.instance
+        assert r["uri"] == f.uri == r["metadata"]["uri"]
+        assert r["target"] == dict(inst.tilelang_target)
+        assert [tuple(s) for s in r["shapes"]] == list(inst.shapes)
+        assert r["metadata"] == json.loads(json.dumps(inst.metadata(f.uri)))
+        assert r["prim_func"] == "PrimFunc"

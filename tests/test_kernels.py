@@ -1,0 +1,71 @@
+"""Every generated kernel at every spec shape and derived edge shape: one test id per (instance, shape).
+
+Static checks (TileLang lowering for the instance's own target) always run. GPU checks run when a
+GPU is present and are skipped with the reason otherwise; a session fixture compiles the whole grid
+once, in parallel, before the first GPU test, and kernels run in a contained worker process.
+"""
+
+import os
+
+import pytest
+
+from codegen.gpu import ContainedRunner, NoGpu, detect_gpu, precompile, unsupported_on
+from codegen.lower import lower
+from codegen.ops import derived_shapes
+from codegen.pipeline import Project
+from codegen.verify import verify_case
+
+FILES = Project().rendered()
+
+
+def _shapes(inst):
+    out = []
+    for s in list(inst.shapes) + derived_shapes(inst):
+        if s not in out:
+            out.append(s)
+    return out
+
+
+GRID = [(f, s) for f in FILES for s in _shapes(f.instance)]
+IDS = [f"{f.uri}-{'x'.join(map(str, s))}" for f, s in GRID]
+
+
+@pytest.mark.parametrize(("rendered", "shape"), GRID, ids=IDS)
+def test_lowers_for_its_target(rendered, shape):
+    kernel = lower(rendered, shape, rendered.instance.target)
+    marker = "__builtin_amdgcn_mfma" if rendered.instance.target.value == "gfx942" else "__global__"
+    assert marker in kernel.source
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    try:
+        return detect_gpu()
+    except NoGpu as exc:
+        pytest.skip(f"GPU checks need a GPU: {exc}")
+
+
+@pytest.fixture(scope="session")
+def compiled(gpu):
+    """Compile every runnable (kernel, shape) once, in parallel, into TileLang's cache."""
+    jobs = [(f, s) for f, s in GRID if unsupported_on(f, gpu.run_target) is None]
+    return precompile(jobs, gpu.run_target, workers=os.cpu_count() or 1)
+
+
+@pytest.fixture(scope="session")
+def runner(gpu):
+    with ContainedRunner(timeout_s=300) as r:
+        yield r
+
+
+@pytest.mark.parametrize(("rendered", "shape"), GRID, ids=IDS)
+def test_matches_torch_on_gpu(rendered, shape, gpu, compiled, runner):
+    reason = unsupported_on(rendered, gpu.run_target)
+    if reason:
+        pytest.skip(reason)
+    error = compiled.get((rendered.uri, tuple(shape)))
+    assert error is None, f"compile failed: {error}"
+    ok, value, log = runner.call(verify_case, rendered, shape, gpu.run_target)
+    assert ok, f"{value}\n{log}"
+    bad = [(r.inputs, r.seed, r.status, r.max_abs_err, r.controls) for r in value if r.status != "verified"]
+    assert not bad, bad

@@ -1,0 +1,110 @@
+"""The checker itself, on the CPU: it must fail wrong outputs, flag vacuous tolerances, and contain
+crashing or hanging kernels. (The GPU runs of real kernels are in test_kernels.py.)"""
+
+import os
+import time
+
+import pytest
+import torch
+
+from codegen.gpu import ContainedRunner
+from codegen.hardware import Target
+from codegen.ops import dropped_k_tile, make_inputs, reference, torch_dtype, wrong_operation
+from codegen.pipeline import Project
+from codegen.verify import gemm_tolerance, judge
+
+FILES = {f.uri: f for f in Project().rendered()}
+
+
+def _instance(name, target=Target.SM_90):
+    return next(f.instance for f in FILES.values() if f.instance.name == name and f.instance.target == target)
+
+
+def _check(inst, shape, out_fn, scale=1.0, kind="normal"):
+    case = make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
+    ref, absprod = reference(case)
+    out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[2], inst.target))
+    controls = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation(case),
+                "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
+    tol = gemm_tolerance(inst.spec_dtypes, inst.target, shape[2], scale)
+    return judge(out, ref, absprod, tol, controls)
+
+
+@pytest.mark.parametrize("kind", ["normal", "wide"])
+@pytest.mark.parametrize("name", ["gemm_fp16_nt", "gemm_bf16_nn", "gemm_fp8_nt"])
+def test_correct_output_verifies_and_every_control_is_rejected(name, kind):
+    status, cmp, controls = _check(_instance(name), (256, 384, 512), lambda case, ref: ref, kind=kind)
+    assert status == "verified", (cmp, controls)
+    assert set(controls.values()) == {"rejected"}
+
+
+@pytest.mark.parametrize("bug", ["one_element", "last_k_tile", "transposed_b", "unwritten_nan", "zeros"])
+def test_buggy_outputs_fail(bug):
+    inst = _instance("gemm_fp16_ragged_pred")
+
+    def buggy(case, ref):
+        out = ref.clone()
+        if bug == "one_element":
+            out[3, 5] += 0.05 * ref.abs().max()
+        elif bug == "last_k_tile":
+            out = dropped_k_tile(case, ref, inst.block_m, inst.block_k)
+        elif bug == "transposed_b":
+            out = wrong_operation(case)
+        elif bug == "unwritten_nan":
+            out[-1, -1] = float("nan")
+        elif bug == "zeros":
+            out = torch.zeros_like(ref)
+        return out
+
+    status, cmp, _ = _check(inst, (129, 127, 33), buggy)
+    assert status == "failed"
+    assert cmp.mismatch_ratio > 0
+
+
+def test_a_loose_tolerance_is_reported_vacuous_not_verified():
+    # scale 1e4 makes the bound so wide that dropping a K tile passes: the run must not count as verified
+    status, _, controls = _check(_instance("gemm_fp16_nt"), (128, 256, 512), lambda case, ref: ref, scale=1e4)
+    assert status == "vacuous"
+    assert any("PASSED" in v for v in controls.values())
+
+
+def test_controls_identical_to_the_reference_are_not_applicable():
+    status, _, controls = _check(_instance("gemm_fp16_ragged_pred"), (1, 1, 1), lambda case, ref: ref)
+    assert status == "verified"
+    assert controls["wrong_operation"].startswith("n/a")
+
+
+def test_fp8_uses_fnuz_on_gfx942_and_fn_on_sm90():
+    assert torch_dtype("fp8_e4m3", Target.GFX942) == torch.float8_e4m3fnuz
+    assert torch_dtype("fp8_e4m3", Target.SM_90) == torch.float8_e4m3fn
+
+
+# ---------------------------------------------------------------- containment
+def _ok(x):
+    return x * 2
+
+
+def _crash():
+    os._exit(3)
+
+
+def _hang():
+    time.sleep(60)
+
+
+def _cuda_like_error():
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_runner_contains_crash_hang_and_context_errors():
+    with ContainedRunner(timeout_s=5) as runner:
+        assert runner.call(_ok, 21)[:2] == (True, 42)
+        ok, msg, _ = runner.call(_crash)
+        assert not ok and "worker died (exit code 3)" in msg
+        assert runner.call(_ok, 1)[:2] == (True, 2)  # a fresh worker took over
+        t0 = time.monotonic()
+        ok, msg, _ = runner.call(_hang)
+        assert not ok and "timed out after 5 s" in msg and time.monotonic() - t0 < 30
+        ok, msg, _ = runner.call(_cuda_like_error)
+        assert not ok and "illegal memory access" in msg
+        assert runner.call(_ok, 5)[:2] == (True, 10)
