@@ -127,6 +127,7 @@ def _is_context_fatal(exc: BaseException) -> bool:
 
 def _worker_main(conn) -> None:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    conn.send(("ready",))
     while True:
         try:
             task = conn.recv()
@@ -147,8 +148,10 @@ def _worker_main(conn) -> None:
 class ContainedRunner:
     """Runs functions in a worker process; restarts it after a crash, a CUDA error or a timeout."""
 
+    STARTUP_TIMEOUT_S = 300.0  # a spawned worker re-imports torch/tilelang: slow on a busy machine
+
     def __init__(self, timeout_s: float):
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # per call, counted from when the worker is ready
         self._proc = None
         self._conn = None
 
@@ -157,6 +160,9 @@ class ContainedRunner:
         self._proc = CTX.Process(target=_worker_main, args=(child,), daemon=True)
         self._proc.start()
         self._conn = parent
+        if not parent.poll(self.STARTUP_TIMEOUT_S) or parent.recv() != ("ready",):
+            self._stop(kill=True)
+            raise RuntimeError(f"worker did not start within {self.STARTUP_TIMEOUT_S:.0f} s")
 
     def _stop(self, kill: bool) -> None:
         if self._proc is None:
@@ -185,6 +191,7 @@ class ContainedRunner:
         try:
             reply = self._conn.recv()
         except EOFError:
+            self._proc.join(timeout=10)
             code = self._proc.exitcode
             self._stop(kill=True)
             return False, f"worker died (exit code {code})", ""

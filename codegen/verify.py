@@ -2,12 +2,13 @@
 
 Tolerance (per output element, documented in README "Verification"):
 
-    tol_ij = scale * ( u_out * |ref_ij|  +  (4 * u_acc * sqrt(K) + 2 * u_in) * (|A|.|B|)_ij )  +  tiny
+    tol_ij = u_out * |ref_ij|  +  scale * (4 * u_acc * sqrt(K) + 2 * u_in) * (|A|.|B|)_ij  +  tiny
 
 u_out: unit roundoff of the output dtype (the final rounding); u_acc: of the accumulator the matrix
 cores really use (fp32: 2^-24; Hopper fp8 wgmma keeps ~14 bits: 2^-14); u_in: rounding of inputs
 inside the MMA (tf32 for fp32 inputs on NVIDIA: 2^-11; fp16/bf16/fp8 enter exactly: 0); sqrt(K) is
-the random-walk growth of K accumulation errors and (|A|.|B|)_ij their scale; scale defaults to 1
+the random-walk growth of K accumulation errors and (|A|.|B|)_ij their scale. The first term is the
+exact bound of the final rounding; the second is a model, so only it is scaled: scale defaults to 1
 and a spec may tighten or loosen it (verify_tolerance_scale). The check passes only if *no* element
 exceeds its tolerance, and only counts as verified if every applicable negative control fails it.
 """
@@ -34,12 +35,12 @@ class Tolerance:
     scale: float = 1.0
 
     def describe(self) -> str:
-        return (f"{self.scale:g} * ({self.u_out:.3g}*|ref| + (4*{self.u_acc:.3g}*sqrt({self.k}) + 2*{self.u_in:.3g})"
-                f" * |A|.|B|)")
+        return (f"{self.u_out:.3g}*|ref| + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) + 2*{self.u_in:.3g})"
+                f"*|A|.|B|")
 
     def bound(self, ref, abs_product):
         acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + 2.0 * self.u_in
-        return self.scale * (self.u_out * ref.abs() + acc * abs_product) + TINY
+        return self.u_out * ref.abs() + self.scale * acc * abs_product + TINY
 
 
 def gemm_tolerance(spec_dtypes: tuple[str, ...], run_target: Target, k: int, scale: float = 1.0) -> Tolerance:
