@@ -13,7 +13,7 @@ import itertools
 import os
 from pathlib import Path
 
-from codegen.bench import flush_bytes, measure_copy_gbps, bench_case
+from codegen.bench import bench_case, flush_bytes, measure_copy_gbps
 from codegen.gpu import ContainedRunner, detect_gpu, precompile
 from codegen.instance import build_instances
 from codegen.load import parse_specs

@@ -127,7 +127,7 @@ def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps
     for name, fn in _baseline_fns(inst, case.A, case.B, out_dtype, run_target).items():
         try:
             row.baselines[name] = Timing.of(time_ms(fn, flush))
-        except Exception as exc:  # a baseline that cannot run is reported, the kernel's numbers stand
+        except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, the kernel's numbers stand
             row.baseline_errors[name] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
     hw = HARDWARE[run_target]
     seconds = row.kernel.median_ms / 1e3

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -25,9 +25,9 @@ app.add_typer(new_app, name="new")
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-SpecPaths = Annotated[Optional[list[Path]], typer.Argument(help="Spec files or folders (default: specs/).", show_default=False)]
-TargetOpt = Annotated[Optional[list[Target]], typer.Option("--target", "-t", help="Only this target (repeatable).")]
-NamesArg = Annotated[Optional[list[str]], typer.Argument(help="Spec names or URIs.", show_default=False)]
+SpecPaths = Annotated[list[Path] | None, typer.Argument(help="Spec files or folders (default: specs/).", show_default=False)]
+TargetOpt = Annotated[list[Target] | None, typer.Option("--target", "-t", help="Only this target (repeatable).")]
+NamesArg = Annotated[list[str] | None, typer.Argument(help="Spec names or URIs.", show_default=False)]
 AllOpt = Annotated[bool, typer.Option("--all", help="Every instance.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 
@@ -126,7 +126,7 @@ def lower(
 @new_app.command("gemm")
 def new_gemm(
     name: Annotated[str, typer.Argument(help="Kernel name (lower-case identifier).")],
-    dest: Annotated[Optional[Path], typer.Option("--out", help="Spec file to write (default: specs/NAME.yaml).")] = None,
+    dest: Annotated[Path | None, typer.Option("--out", help="Spec file to write (default: specs/NAME.yaml).")] = None,
 ) -> None:
     """Write a commented starter GEMM spec."""
     project = _project()
@@ -134,14 +134,14 @@ def new_gemm(
     out.print(f"wrote {path}", markup=False)
 
 
-GpuJobs = Annotated[Optional[int], typer.Option("--jobs", "-j", help="Parallel compile processes (default: all cores).")]
+Jobs = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel compile processes (default: all cores).")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one kernel case may take before its worker is killed.")]
 ReportDir = Annotated[Path, typer.Option("--out", help="Reports go to OUT/<device>/.")]
 
 
 @app.command()
 def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
-           jobs: GpuJobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
+           jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
     """Run kernels on the GPU present and compare with torch (fp32 reference, negative controls)."""
     from codegen.gpucli import run_verify
 
@@ -153,13 +153,53 @@ def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = Non
 
 @app.command()
 def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
-          jobs: GpuJobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
+          jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
     """Time kernels on the GPU present beside torch eager and torch.compile (same run, L2 flushed)."""
     from codegen.gpucli import run_bench
 
     files = _run(lambda: _project().select(names or [], all_=all_, targets=target))
     ok = _run(lambda: run_bench(files, out_dir=out_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
     if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def build(
+    names: NamesArg = None,
+    all_: AllOpt = False,
+    target: TargetOpt = None,
+    jobs: Jobs = None,
+    first_shape: Annotated[bool, typer.Option("--first-shape", help="Only the first shape of each spec.")] = False,
+    write_report: Annotated[bool, typer.Option(
+        "--write-report", help="Rewrite the committed reports/static/<target>.json (with --all).")] = False,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: .cache/build).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compile kernels for real: gfx942 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
+    from codegen.build import BuildOptions, build_and_report
+
+    opts = BuildOptions(names=tuple(names or ()), all_=all_, targets=tuple(target) if target else None, jobs=jobs,
+                        first_shape=first_shape, cache_dir=cache_dir, write_report=write_report)
+    raise typer.Exit(_run(lambda: build_and_report(_project(), opts, as_json=as_json, out=out, err=err)))
+
+
+@app.command()
+def doctor(target: TargetOpt = None) -> None:
+    """What `build` needs for each target: present, missing, and the command to get it."""
+    from codegen.doctor import run_doctor
+
+    raise typer.Exit(_run(lambda: run_doctor(_project().root, tuple(target) if target else None, out=out)))
+
+
+@app.command("run")
+def run_(jobs: Jobs = None, out_dir: ReportDir = Path("reports")) -> None:
+    """The main job on the bundled specs: validate, gen, build, verify, bench, report (skips what cannot run here)."""
+    from codegen.mainjob import run_main_job, steps_table
+
+    steps = _run(lambda: run_main_job(_project(), jobs=jobs, report_dir=out_dir, out=out, err=err))
+    wide = out if out.is_terminal else Console(file=out.file, width=160, highlight=False)
+    wide.print(steps_table(steps))
+    if any(s.status == "failed" for s in steps):
         raise typer.Exit(1)
 
 

@@ -90,7 +90,7 @@ def _compile_job(rendered: RenderedFile, shape, run_target: Target) -> tuple[str
     try:
         compile_kernel(rendered, shape, run_target)
         return rendered.uri, tuple(shape), time.perf_counter() - t0, ""
-    except Exception as exc:  # reported per kernel; the run goes on
+    except Exception as exc:  # noqa: BLE001 - reported per kernel; the run goes on
         return rendered.uri, tuple(shape), time.perf_counter() - t0, f"{type(exc).__name__}: {_first_line(exc)}"
 
 

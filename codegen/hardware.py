@@ -48,6 +48,8 @@ class Hardware:
     compute_units: int  # CUs (AMD) / SMs (NVIDIA)
     lds_bytes_per_workgroup: int  # LDS (AMD) / shared memory per block (NVIDIA)
     register_file_bytes_per_cu: int
+    simds_per_cu: int  # SIMDs (AMD) / SM sub-partitions (NVIDIA) that share a CU's waves
+    lds_bytes_per_cu: int  # LDS (AMD) / shared memory of one CU/SM, shared by its resident workgroups
     # Smallest matrix-core instruction per input dtype; block sizes must be multiples of it.
     mma_shapes: Mapping[DType, tuple[MmaShape, ...]]
     # TileLang's name for each dtype on this target (fp8 e4m3 differs: fnuz on gfx942).
@@ -78,6 +80,8 @@ GFX942 = Hardware(
     compute_units=304,
     lds_bytes_per_workgroup=64 * 1024,
     register_file_bytes_per_cu=512 * 1024,  # 4 SIMDs x 512 VGPRs x 64 lanes x 4 B
+    simds_per_cu=4,
+    lds_bytes_per_cu=64 * 1024,
     mma_shapes=_frozen(
         {
             DType.FP16: (MmaShape(m=16, n=16, k=16), MmaShape(m=32, n=32, k=8)),
@@ -114,6 +118,8 @@ SM_90 = Hardware(
     compute_units=132,
     lds_bytes_per_workgroup=227 * 1024,
     register_file_bytes_per_cu=256 * 1024,  # 65536 x 32-bit registers per SM
+    simds_per_cu=4,
+    lds_bytes_per_cu=228 * 1024,
     mma_shapes=_frozen(
         {
             DType.FP16: (MmaShape(m=16, n=8, k=16),),

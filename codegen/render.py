@@ -80,6 +80,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; generated files are ordinary source files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

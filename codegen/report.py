@@ -120,8 +120,8 @@ def write_bench(report, out_dir: Path) -> list[Path]:
             f"torch {env.get('torch')}, tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
             f"Copy bandwidth measured in the same run: {report.copy_gbps:.0f} GB/s. "
             f"L2 flushed with {report.flush_bytes >> 20} MiB before every timed launch; median over the iterations shown.\n\n")
-    lines = ["| kernel | shape | dtypes | tilegen ms | eager ms | compile ms | TFLOP/s | GB/s | % peak | % copy BW | bound | "
-             "vs eager | vs compile | status |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| kernel | shape | dtypes | tilegen ms | eager ms | compile ms | TFLOP/s | GB/s | % peak | % copy BW | bound | "
+             "vs eager | vs compile | status |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report.rows:
         f = _flat(r)
         lines.append(" | ".join(["", f["uri"], f["shape"], f["dtypes"], _fmt(f["kernel_ms"]), _fmt(f["eager_ms"]),

@@ -1,0 +1,729 @@
+"""`tilegen build`: compile every selected kernel instance, at each of its shapes, for real.
+
+gfx942: TileLang's HIP source -> clang -S (.s) -> code object (.co), and a resource report per
+kernel symbol read from the assembly. sm_90: TileLang's CUDA source -> nvcc -arch=sm_90a (.cubin,
+.ptx), and a report from ptxas -v and the PTX. Builds run in worker processes (`jobs`); results
+land in a content-addressed cache (codegen.buildcache) whose key is computed without lowering or
+importing tilelang, so a warm rebuild only hashes and parses files.
+
+A source can hold several kernels (tail: specialized emits an interior kernel and edge kernels).
+Each is reported under its symbol; a build's summary is the worst case over its kernels (most
+registers, most LDS, fewest waves per SIMD, all spills and MMA instructions added up). The build
+rules apply to every kernel: a spill fails the build unless the spec sets allow_spills (VGPR/SGPR
+spills on gfx942, ptxas spill bytes on sm_90); on gfx942, fewer waves per SIMD than the spec's
+min_waves_per_simd fails it too (occupancy: codegen.resources.gfx942_waves_per_simd).
+
+LDS / shared memory = the compiler's static amount + the dynamic amount TileLang launches the
+kernel with (its `dyn_shared_memory_buf` attribute, recorded while lowering); should that attribute
+ever be missing, the instance's own estimate is used and the report says "tilegen-estimate".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Literal, Self
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from codegen.buildcache import BuildCache, cache_key
+from codegen.errors import TilegenError
+from codegen.hardware import Target
+from codegen.instance import KernelInstance
+from codegen.pipeline import Project
+from codegen.render import RenderedFile
+from codegen.resources import (
+    Gfx942Asm,
+    PtxasKernel,
+    PtxKernel,
+    ReportParseError,
+    gfx942_waves_per_simd,
+    parse_gfx942_asm,
+    parse_ptx,
+    parse_ptxas,
+)
+from codegen.toolchain import CudaToolchain, Gfx942Toolchain, Toolchain, find_tilelang, find_toolchain
+
+# Bump when what a worker stores in an entry changes (file names, launch.json fields); the compiler
+# commands and TileLang's version are in the key already.
+RECIPE = 1
+REPORT_DIR = Path("reports") / "static"
+COMPILE_TIMEOUT_S = 900
+TABLE_WIDTH = 200  # the summary table's width when stdout is not a terminal
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    names: tuple[str, ...] = ()
+    all_: bool = False
+    targets: tuple[Target, ...] | None = None
+    jobs: int | None = None  # worker processes; None = every core this process may use
+    first_shape: bool = False
+    cache_dir: Path | None = None  # None = <project>/.cache/build
+    gfx942_env: Path | None = None  # None = /opt/rocm if installed, else <project>/.toolchain/env.json
+    write_report: bool = False  # rewrite reports/static/<target>.json (needs all_, every shape)
+
+
+def default_jobs() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# ---- what one build produced --------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Launch:
+    """How TileLang launches one kernel: the attributes of its device function at codegen."""
+
+    threads: int
+    grid: tuple[int, int, int]
+    dynamic_lds_bytes: int
+    source: Literal["tilelang", "tilegen-estimate"]  # dyn_shared_memory_buf, or instance.lds_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gfx942Kernel:
+    asm: Gfx942Asm
+    launch: Launch
+    waves_per_simd: int  # min(register limit, LDS limit) for a full CU
+    waves_per_simd_lds: int
+
+    @property
+    def symbol(self) -> str:
+        return self.asm.symbol
+
+    @property
+    def lds_bytes(self) -> int:
+        return self.asm.lds_static_bytes + self.launch.dynamic_lds_bytes
+
+    @property
+    def spills(self) -> int:
+        return self.asm.vgpr_spills + self.asm.sgpr_spills
+
+    def to_json(self) -> dict[str, object]:
+        a = self.asm
+        return {
+            "symbol": a.symbol, "threads": self.launch.threads, "grid": list(self.launch.grid),
+            "vgprs": a.vgprs, "agprs": a.agprs, "total_vgprs": a.total_vgprs, "sgprs": a.sgprs,
+            "scratch_bytes": a.scratch_bytes, "vgpr_spills": a.vgpr_spills, "sgpr_spills": a.sgpr_spills,
+            "lds_static_bytes": a.lds_static_bytes, "lds_dynamic_bytes": self.launch.dynamic_lds_bytes,
+            "lds_dynamic_source": self.launch.source, "lds_bytes": self.lds_bytes,
+            "occupancy_regs": a.occupancy_regs, "waves_per_simd_lds": self.waves_per_simd_lds,
+            "waves_per_simd": self.waves_per_simd, "mfma": dict(a.mfma), "code_bytes": a.code_bytes,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sm90Kernel:
+    ptxas: PtxasKernel
+    ptx: PtxKernel
+    launch: Launch
+
+    @property
+    def symbol(self) -> str:
+        return self.ptxas.symbol
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.ptxas.smem_static_bytes + self.launch.dynamic_lds_bytes
+
+    @property
+    def spills(self) -> int:
+        return self.ptxas.spill_store_bytes + self.ptxas.spill_load_bytes
+
+    def to_json(self) -> dict[str, object]:
+        p, x = self.ptxas, self.ptx
+        return {
+            "symbol": p.symbol, "threads": self.launch.threads, "grid": list(self.launch.grid),
+            "registers": p.registers, "barriers": p.barriers, "stack_frame_bytes": p.stack_frame_bytes,
+            "spill_store_bytes": p.spill_store_bytes, "spill_load_bytes": p.spill_load_bytes,
+            "smem_static_bytes": p.smem_static_bytes, "smem_dynamic_bytes": self.launch.dynamic_lds_bytes,
+            "smem_dynamic_source": self.launch.source, "smem_bytes": self.smem_bytes,
+            "wgmma": x.wgmma, "tma": x.tma, "mma_sync": x.mma_sync, "setmaxnreg": x.setmaxnreg,
+        }
+
+
+Kernel = Gfx942Kernel | Sm90Kernel
+Status = Literal["built", "cached", "failed"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    uri: str
+    name: str
+    target: Target
+    shape: Shape
+    status: Status
+    kernels: tuple[Kernel, ...] = ()
+    error: str | None = None
+    log: str | None = None  # relative to the project root when inside it
+    entry: str | None = None  # the cache entry folder holding the source, .s/.co or .ptx/.cubin
+    note: str | None = None  # e.g. why a cache entry was rebuilt
+    lower_s: float = 0.0
+    compile_s: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    def summary(self) -> dict[str, object]:
+        """The worst case over the build's kernels."""
+        ks = self.kernels
+        if not ks:
+            return {}
+        if self.target == Target.GFX942:
+            mfma: Counter[str] = Counter()
+            for k in ks:
+                mfma.update(dict(k.asm.mfma))
+            return {
+                "kernels": len(ks), "total_vgprs": max(k.asm.total_vgprs for k in ks),
+                "vgprs": max(k.asm.vgprs for k in ks), "agprs": max(k.asm.agprs for k in ks),
+                "sgprs": max(k.asm.sgprs for k in ks), "spills": sum(k.spills for k in ks),
+                "scratch_bytes": max(k.asm.scratch_bytes for k in ks), "lds_bytes": max(k.lds_bytes for k in ks),
+                "waves_per_simd": min(k.waves_per_simd for k in ks), "mfma": dict(sorted(mfma.items())),
+                "code_bytes": sum(k.asm.code_bytes for k in ks),
+            }
+        return {
+            "kernels": len(ks), "registers": max(k.ptxas.registers for k in ks),
+            "spill_bytes": sum(k.spills for k in ks), "smem_bytes": max(k.smem_bytes for k in ks),
+            "wgmma": sum(k.ptx.wgmma for k in ks), "tma": sum(k.ptx.tma for k in ks),
+            "mma_sync": sum(k.ptx.mma_sync for k in ks),
+        }
+
+    def to_json(self, *, volatile: bool) -> dict[str, object]:
+        """`volatile=False`: only what the sources and compilers determine (for committed reports)."""
+        out: dict[str, object] = {
+            "uri": self.uri, "name": self.name, "shape": list(self.shape),
+            "status": self.status if volatile else ("ok" if self.ok else "failed"),
+            "error": self.error, "summary": self.summary(), "kernels": [k.to_json() for k in self.kernels],
+        }
+        if volatile:
+            out |= {"entry": self.entry, "log": self.log, "note": self.note, "seconds": round(self.seconds, 3),
+                    "lower_s": round(self.lower_s, 3), "compile_s": round(self.compile_s, 3)}
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildReport:
+    results: tuple[BuildResult, ...]
+    toolchains: dict[Target, dict[str, str]]  # target -> versions (Toolchain.describe + tilelang)
+    wall_s: float
+    jobs: int
+    written: tuple[Path, ...] = ()
+
+    @property
+    def failed(self) -> tuple[BuildResult, ...]:
+        return tuple(r for r in self.results if not r.ok)
+
+    def document(self, target: Target, *, volatile: bool) -> dict[str, object]:
+        rows = sorted((r for r in self.results if r.target == target), key=lambda r: (r.name, r.uri, r.shape))
+        return {"target": target.value, "toolchain": self.toolchains[target],
+                "builds": [r.to_json(volatile=volatile) for r in rows]}
+
+
+# ---- planning: cache keys without lowering -------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class BuildJob:
+    """One (instance, shape): everything a worker needs; picklable."""
+
+    key: str
+    material: dict[str, object]
+    rendered: RenderedFile
+    shape: Shape
+    toolchain: Toolchain
+    cache_root: Path
+
+    @property
+    def instance(self) -> KernelInstance:
+        return self.rendered.instance
+
+    @property
+    def cost(self) -> int:  # for scheduling the slowest first
+        return (self.instance.tail == "specialized") * 2 + (self.instance.target == Target.SM_90)
+
+
+def _lower_py_sha256() -> str:
+    return hashlib.sha256(Path(__file__).with_name("lower.py").read_bytes()).hexdigest()
+
+
+def plan(files: list[RenderedFile], toolchains: dict[Target, Toolchain], cache: BuildCache, *,
+         first_shape: bool) -> list[BuildJob]:
+    tilelang_version = find_tilelang().version
+    lower_sha = _lower_py_sha256()
+    jobs = []
+    for f in files:
+        inst = f.instance
+        for shape in inst.shapes[:1] if first_shape else inst.shapes:
+            material = {
+                # the URI hashes the instance and the template; the text's hash also covers render logic
+                "uri": f.uri, "source_sha256": hashlib.sha256(f.text.encode()).hexdigest(),
+                "shape": list(shape), "target": inst.target.value, "tilelang": tilelang_version,
+                "toolchain": toolchains[inst.target].fingerprint(), "lower_py_sha256": lower_sha, "recipe": RECIPE,
+            }
+            jobs.append(BuildJob(key=cache_key(material), material=material, rendered=f, shape=tuple(shape),
+                                 toolchain=toolchains[inst.target], cache_root=cache.root))
+    return jobs
+
+
+# ---- the worker: lower, compile, publish ---------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerResult:
+    key: str
+    error: str | None = None
+    log: Path | None = None  # where a failed build's log was kept
+    lower_s: float = 0.0
+    compile_s: float = 0.0
+    built: bool = True  # False: another process published the entry while this one waited
+
+
+def _worker_init() -> None:
+    """Silence the worker (TVM prints warnings on fd 2; each job captures into its own log) and pay
+    tilelang's import once, outside any job's timing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    import tilelang  # noqa: F401
+
+
+@contextmanager
+def _captured(log: Path) -> Iterator[None]:
+    """Send this process's stdout/stderr (Python and C++ alike) into `log`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with log.open("ab") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def _lower_recording_launches(rendered: RenderedFile, shape: Shape) -> tuple[str, list[dict[str, object]]]:
+    """codegen.lower.lower, plus each kernel's launch attributes (threads, grid, dynamic shared
+    memory) as TileLang's device codegen sees them, through TileLang's instrumentation hook."""
+    from tilelang.instrumentation import PassInstrumentationTool, compile_pass_instrumentation
+
+    from codegen.lower import lower
+
+    launches: dict[str, dict[str, object]] = {}
+
+    class LaunchRecorder(PassInstrumentationTool):
+        def run_codegen(self, event, next_call):
+            for gvar, func in event.mod.functions.items():
+                attrs = func.attrs
+                if attrs is None or "thread_extent" not in attrs:
+                    continue
+                extent = {str(k): int(v) for k, v in attrs["thread_extent"].items()}
+                symbol = str(attrs["global_symbol"]) if "global_symbol" in attrs else gvar.name_hint
+                threads = 1
+                for axis in "xyz":
+                    threads *= extent.get(f"threadIdx.{axis}", 1)
+                launches[symbol] = {
+                    "symbol": symbol, "threads": threads,
+                    "grid": [extent.get(f"blockIdx.{axis}", 1) for axis in "xyz"],
+                    "dynamic_shared_bytes": int(attrs["dyn_shared_memory_buf"]) if "dyn_shared_memory_buf" in attrs else 0,
+                }
+            return next_call()
+
+    with compile_pass_instrumentation("tilegen-build", tools=[LaunchRecorder()]):
+        kernel = lower(rendered, shape, rendered.instance.target)
+    return kernel.source, [launches[s] for s in sorted(launches, key=_symbol_order)]
+
+
+class _CompileError(Exception):
+    pass
+
+
+def _compile(cmd: list[str], log: Path, cwd: Path) -> str:
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"$ {shlex.join(cmd)}\n")
+    try:
+        proc = subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise _CompileError(f"{Path(cmd[0]).name} timed out after {COMPILE_TIMEOUT_S} s") from None
+    output = proc.stdout + proc.stderr
+    with log.open("a", encoding="utf-8") as f:
+        f.write(output + f"[exit {proc.returncode}]\n")
+    if proc.returncode != 0:
+        lines = [ln for ln in output.splitlines() if "error" in ln.lower()] or output.splitlines()[-1:] or ["(no output)"]
+        raise _CompileError(f"{Path(cmd[0]).name} failed: {lines[0].replace(str(cwd) + '/', '').strip()}")
+    return output
+
+
+def _compile_gfx942(tc: Gfx942Toolchain, stage: Path, source: str, log: Path) -> None:
+    (stage / "kernel.hip").write_text(source, encoding="utf-8")
+    _compile(tc.asm_command(stage / "kernel.hip", stage / "kernel.s"), log, stage)
+    _compile(tc.code_object_command(stage / "kernel.s", stage / "kernel.co"), log, stage)
+
+
+def _compile_sm90(tc: CudaToolchain, stage: Path, source: str, log: Path) -> None:
+    (stage / "kernel.cu").write_text(source, encoding="utf-8")
+    keep = stage / "keep"
+    keep.mkdir()
+    output = _compile(tc.cubin_command(stage / "kernel.cu", stage / "kernel.cubin", keep), log, stage)
+    (stage / "nvcc.log").write_text(output, encoding="utf-8")
+    ptx = keep / "kernel.ptx"
+    if not ptx.is_file():
+        raise _CompileError("nvcc --keep left no kernel.ptx")
+    os.replace(ptx, stage / "kernel.ptx")
+    shutil.rmtree(keep)
+
+
+def run_job(job: BuildJob) -> WorkerResult:
+    """Build one entry under its lock (in a worker process); never raises for a failed build."""
+    cache = BuildCache(job.cache_root)
+    with cache.lock(job.key):
+        if cache.lookup(job.key).path is not None:
+            return WorkerResult(key=job.key, built=False)
+        with cache.staging(job.key) as stage:
+            log = stage / "build.log"
+            lower_s = compile_s = 0.0
+            error = None
+            with _captured(log):
+                try:
+                    t0 = time.perf_counter()
+                    source, launches = _lower_recording_launches(job.rendered, job.shape)
+                    (stage / "launch.json").write_text(json.dumps({"kernels": launches}, indent=1) + "\n", encoding="utf-8")
+                    lower_s = time.perf_counter() - t0
+                    t1 = time.perf_counter()
+                    if isinstance(job.toolchain, Gfx942Toolchain):
+                        _compile_gfx942(job.toolchain, stage, source, log)
+                    else:
+                        _compile_sm90(job.toolchain, stage, source, log)
+                    compile_s = time.perf_counter() - t1
+                except (TilegenError, _CompileError) as exc:
+                    error = str(exc).splitlines()[0]
+                    traceback.print_exc()
+                except Exception as exc:  # noqa: BLE001 -- a bug in TileLang or here: one build fails, its traceback in the log
+                    error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                    traceback.print_exc()
+            if error is not None:
+                kept = cache.log_path(job.key)
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, kept)
+                return WorkerResult(key=job.key, error=error, log=kept, lower_s=lower_s, compile_s=compile_s)
+            cache.publish(job.key, stage, job.material)
+    return WorkerResult(key=job.key, lower_s=lower_s, compile_s=compile_s)
+
+
+# ---- reading an entry ----------------------------------------------------------------------------
+
+def _symbol_order(symbol: str) -> tuple[str, int]:
+    """x_kernel, x_kernel_1, x_kernel_2, ..., x_kernel_10: TileLang's order of emission."""
+    m = re.fullmatch(r"(.*)_(\d+)", symbol)
+    return (m.group(1), int(m.group(2))) if m else (symbol, -1)
+
+
+def _launches(entry: Path, inst: KernelInstance, symbols: list[str], default_threads: dict[str, int]) -> dict[str, Launch]:
+    recorded = {k["symbol"]: k for k in json.loads((entry / "launch.json").read_text(encoding="utf-8"))["kernels"]}
+    out = {}
+    for s in symbols:
+        k = recorded.get(s)
+        if k is not None:
+            out[s] = Launch(threads=int(k["threads"]), grid=tuple(k["grid"]),
+                            dynamic_lds_bytes=int(k["dynamic_shared_bytes"]), source="tilelang")
+        else:  # TileLang's launch attributes were not seen: fall back to tilegen's own estimate
+            out[s] = Launch(threads=default_threads[s], grid=(0, 0, 0), dynamic_lds_bytes=inst.lds_bytes,
+                            source="tilegen-estimate")
+    return out
+
+
+def read_entry(entry: Path, inst: KernelInstance) -> tuple[Kernel, ...]:
+    if inst.target == Target.GFX942:
+        asm = parse_gfx942_asm((entry / "kernel.s").read_text(encoding="utf-8"))
+        launches = _launches(entry, inst, [a.symbol for a in asm], {a.symbol: a.max_threads for a in asm})
+        kernels: list[Kernel] = []
+        for a in asm:
+            launch = launches[a.symbol]
+            waves, by_lds = gfx942_waves_per_simd(occupancy_regs=a.occupancy_regs, threads=launch.threads,
+                                                  lds_bytes=a.lds_static_bytes + launch.dynamic_lds_bytes,
+                                                  wave_lanes=a.wave_lanes)
+            kernels.append(Gfx942Kernel(asm=a, launch=launch, waves_per_simd=waves, waves_per_simd_lds=by_lds))
+    else:
+        ptxas = parse_ptxas((entry / "nvcc.log").read_text(encoding="utf-8"))
+        ptx = {k.symbol: k for k in parse_ptx((entry / "kernel.ptx").read_text(encoding="utf-8"))}
+        if not ptxas or set(ptx) != {k.symbol for k in ptxas}:
+            raise ReportParseError(f"ptxas reported {sorted(k.symbol for k in ptxas)}, the PTX holds {sorted(ptx)}")
+        launches = _launches(entry, inst, [k.symbol for k in ptxas], {k.symbol: inst.threads for k in ptxas})
+        kernels = [Sm90Kernel(ptxas=k, ptx=ptx[k.symbol], launch=launches[k.symbol]) for k in ptxas]
+    return tuple(sorted(kernels, key=lambda k: _symbol_order(k.symbol)))
+
+
+def check_rules(inst: KernelInstance, kernels: tuple[Kernel, ...]) -> str | None:
+    """The first violated build rule (spills, occupancy floor), as one line, or None."""
+    for k in kernels:
+        if k.spills and not inst.allow_spills:
+            if isinstance(k, Gfx942Kernel):
+                what = (f"{k.asm.vgpr_spills} VGPR + {k.asm.sgpr_spills} SGPR spills "
+                        f"({k.asm.scratch_bytes} B scratch per lane)")
+            else:
+                what = f"{k.ptxas.spill_store_bytes} B spill stores + {k.ptxas.spill_load_bytes} B spill loads"
+            return f"{k.symbol}: {what}; set allow_spills: true in {inst.spec_file} to accept [spills]"
+        floor = inst.min_waves_per_simd
+        if isinstance(k, Gfx942Kernel) and floor is not None and k.waves_per_simd < floor:
+            return (f"{k.symbol}: {k.waves_per_simd} waves per SIMD (registers allow {k.asm.occupancy_regs}, "
+                    f"{k.lds_bytes} B of LDS allow {k.waves_per_simd_lds}) < min_waves_per_simd={floor} "
+                    f"of {inst.spec_file} [min_waves_per_simd]")
+    return None
+
+
+# ---- the build ----------------------------------------------------------------------------------
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _result(job: BuildJob, entry: Path | None, root: Path, *, status: Status, seconds: float,
+            worker: WorkerResult | None = None, note: str | None = None) -> BuildResult:
+    inst = job.instance
+    base = {"uri": job.rendered.uri, "name": inst.name, "target": inst.target, "shape": job.shape, "note": note,
+            "lower_s": worker.lower_s if worker else 0.0, "compile_s": worker.compile_s if worker else 0.0}
+    if entry is None:
+        error = (worker.error if worker else None) or "no cache entry after the build"
+        error = error.replace(str(root.resolve()) + "/", "")
+        log = _rel(worker.log, root) if worker and worker.log else None
+        return BuildResult(**base, status="failed", error=error, log=log, seconds=seconds)
+    base |= {"log": _rel(entry / "build.log", root), "entry": _rel(entry, root)}
+    t0 = time.perf_counter()
+    try:
+        kernels = read_entry(entry, inst)
+    except (ReportParseError, OSError, ValueError, KeyError) as exc:
+        return BuildResult(**base, status="failed", error=f"reading the compiler's report: {exc}",
+                           seconds=seconds + time.perf_counter() - t0)
+    seconds += time.perf_counter() - t0
+    violation = check_rules(inst, kernels)
+    return BuildResult(**base, status="failed" if violation else status, kernels=kernels, error=violation,
+                       seconds=seconds)
+
+
+def build(project: Project, opts: BuildOptions, *, on_plan: Callable[[int, int], None] | None = None,
+          on_result: Callable[[BuildResult], None] | None = None) -> BuildReport:
+    """Build the selected instances; one failure does not stop the others. Raises TilegenError only
+    for what stops every build (a bad selection, a missing toolchain)."""
+    t_start = time.perf_counter()
+    root = project.root
+    if opts.write_report and (not opts.all_ or opts.first_shape):
+        raise TilegenError("--write-report rewrites the committed reports of every instance and shape: "
+                           "use it with --all and without --first-shape")
+    files = project.select(list(opts.names), all_=opts.all_, targets=list(opts.targets) if opts.targets else None)
+    targets = sorted({f.instance.target for f in files})
+    toolchains = {t: find_toolchain(t, root, gfx942_env=opts.gfx942_env) for t in targets}
+    cache = BuildCache(opts.cache_dir or root / ".cache" / "build")
+    cache.sweep_staging()
+    jobs = plan(files, toolchains, cache, first_shape=opts.first_shape)
+    results: dict[str, BuildResult] = {}
+
+    def done(job: BuildJob, r: BuildResult) -> None:
+        results[job.key] = r
+        if on_result:
+            on_result(r)
+
+    hits, misses = [], []
+    for job in jobs:
+        t0 = time.perf_counter()
+        hit = cache.lookup(job.key)
+        if hit.path is not None:
+            hits.append((job, hit.path, time.perf_counter() - t0))
+        else:
+            misses.append((job, f"rebuilt: the cache entry was corrupt ({hit.problem})" if hit.problem else None))
+    if on_plan:
+        on_plan(len(jobs), len(misses))
+    for job, entry, seconds in hits:
+        done(job, _result(job, entry, root, status="cached", seconds=seconds))
+    n_jobs = max(1, opts.jobs or default_jobs())
+    if misses:
+        _run_pool(misses, n_jobs, cache, root, done)
+    report = BuildReport(results=tuple(results[j.key] for j in jobs), toolchains=_describe(toolchains),
+                         wall_s=0.0, jobs=n_jobs)
+    written = write_reports(root, report) if opts.write_report else ()
+    return replace(report, written=written, wall_s=time.perf_counter() - t_start)
+
+
+def _describe(toolchains: dict[Target, Toolchain]) -> dict[Target, dict[str, str]]:
+    tilelang = find_tilelang().version
+    return {t: {**tc.describe(), "tilelang": tilelang} for t, tc in toolchains.items()}
+
+
+def _run_pool(misses: list[tuple[BuildJob, str | None]], n_jobs: int, cache: BuildCache, root: Path,
+              done: Callable[[BuildJob, BuildResult], None]) -> None:
+    order = sorted(misses, key=lambda m: -m[0].cost)
+    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(order)), mp_context=get_context("spawn"),
+                               initializer=_worker_init)
+    try:
+        futures: dict[Future, tuple[BuildJob, str | None]] = {pool.submit(run_job, job): (job, note) for job, note in order}
+        for fut in as_completed(futures):
+            job, note = futures[fut]
+            try:
+                w = fut.result()
+            except Exception as exc:  # noqa: BLE001 -- the worker died (out of memory, a native crash)
+                w = WorkerResult(key=job.key, error=f"worker failed: {type(exc).__name__}: {exc}")
+            seconds = w.lower_s + w.compile_s
+            if w.error is not None:
+                done(job, _result(job, None, root, status="failed", seconds=seconds, worker=w, note=note))
+                continue
+            hit = cache.lookup(job.key)
+            status: Status = "built" if w.built else "cached"
+            done(job, _result(job, hit.path, root, status=status, seconds=seconds, worker=w,
+                              note=note if hit.path else f"entry unreadable after the build ({hit.problem})"))
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # workers clean their staging folders
+        raise
+    pool.shutdown(wait=True)
+
+
+# ---- reports ------------------------------------------------------------------------------------
+
+def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
+    """reports/static/<target>.json for each target built, written only when the content changed."""
+    written = []
+    for target in sorted({r.target for r in report.results}):
+        path = root / REPORT_DIR / f"{target.value}.json"
+        text = dump_json(report.document(target, volatile=False))
+        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+            _write_text_atomic(path, text)
+            written.append(path)
+    return tuple(written)
+
+
+_SCALAR_LIST_RE = re.compile(r"\[\n\s*(-?\d+(?:,\n\s*-?\d+)*)\n\s*\]")
+
+
+def dump_json(doc: object) -> str:
+    """Indented JSON, one value per line (a review diff shows each number that changed), with
+    short lists of integers (shapes, grids) kept on one line."""
+    text = json.dumps(doc, indent=2)
+    return _SCALAR_LIST_RE.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a committed report is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _bytes(n: int) -> str:
+    return f"{n // 1024} KiB" if n and n % 1024 == 0 else f"{n} B"
+
+
+def _cells(r: BuildResult) -> tuple[str, str, str, str, str]:
+    """regs, LDS, occupancy, spills, MMA columns of the worst case."""
+    s = r.summary()
+    if not s:
+        return ("-",) * 5
+    if r.target == Target.GFX942:
+        mfma = s["mfma"]
+        mma = ", ".join(f"{n} {m.removeprefix('v_mfma_')}" for m, n in mfma.items()) or "none"
+        return (f"{s['total_vgprs']}v ({s['vgprs']}+{s['agprs']}a) {s['sgprs']}s", _bytes(s["lds_bytes"]),
+                f"{s['waves_per_simd']} w/SIMD", str(s["spills"]), mma)
+    mma = [f"{s[k]} {k}" for k in ("wgmma", "tma", "mma_sync") if s[k]]
+    return (str(s["registers"]), _bytes(s["smem_bytes"]), "-", f"{s['spill_bytes']} B" if s["spill_bytes"] else "0",
+            ", ".join(mma) or "none")
+
+
+def summary_table(report: BuildReport) -> Table:
+    table = Table(title=f"{len(report.results)} build(s), {report.jobs} job(s), {report.wall_s:.1f} s")
+    for col in ("instance", "shape", "target", "kernels", "regs", "LDS", "occupancy", "spills", "MFMA/WGMMA",
+                "status", "s"):
+        table.add_column(col, justify="right" if col in ("kernels", "s") else "left")
+    style = {"built": "green", "cached": "dim", "failed": "bold red"}
+    for r in sorted(report.results, key=lambda r: (r.target.value, r.name, r.uri, r.shape)):
+        table.add_row(r.uri, "x".join(map(str, r.shape)), r.target.value, str(len(r.kernels) or "-"), *_cells(r),
+                      f"[{style[r.status]}]{r.status}[/]", f"{r.seconds:.2f}")
+    return table
+
+
+class _ProgressBar:
+    """A progress bar on a terminal (started once the plan is known); elsewhere (CI logs) silent.
+    Failures are printed as they happen either way."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress: Progress | None = None
+        self.task = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def plan(self, total: int, to_build: int) -> None:
+        if not self.console.is_terminal or not to_build:
+            return
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+        self.task = self.progress.add_task(f"building {to_build} of {total} (rest cached)", total=total)
+        self.progress.start()
+
+    def advance(self, r: BuildResult) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, advance=1)
+        if r.status == "failed":
+            self.console.print(f"failed: {r.uri} {'x'.join(map(str, r.shape))} {r.target}", markup=False)
+
+
+def build_and_report(project: Project, opts: BuildOptions, *, as_json: bool, out: Console, err: Console) -> int:
+    """The `tilegen build` command: progress on stderr, then the summary table (or the JSON report
+    on stdout), failures with their logs. Returns the exit code."""
+    try:
+        with _ProgressBar(err) as bar:
+            report = build(project, opts, on_plan=bar.plan, on_result=bar.advance)
+    except KeyboardInterrupt:
+        err.print("interrupted: finished entries are cached, none is left half-written", markup=False)
+        return 130
+    if as_json:
+        docs = {t.value: report.document(t, volatile=True) for t in sorted(report.toolchains)}
+        sys.stdout.write(dump_json(docs))
+    else:
+        wide = out if out.is_terminal else Console(file=out.file, width=TABLE_WIDTH, highlight=False)  # CI logs
+        wide.print(summary_table(report))
+    for r in report.failed:
+        err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
+                  + (f" (log: {r.log})" if r.log else ""), markup=False)
+    for p in report.written:
+        err.print(f"wrote {_rel(p, project.root)}", markup=False)
+    counts = Counter(r.status for r in report.results)
+    err.print(f"{counts['built']} built, {counts['cached']} cached, {counts['failed']} failed "
+              f"in {report.wall_s:.1f} s", markup=False)
+    return 1 if report.failed else 0
