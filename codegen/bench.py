@@ -60,7 +60,7 @@ class BenchRow:
     uri: str
     name: str
     target: str
-    shape: tuple[int, int, int]
+    shape: tuple[int, ...]
     dtypes: str
     status: str  # ok | error | skipped
     error: str = ""
@@ -80,7 +80,7 @@ class BenchRow:
 _COMPILED: dict[tuple, object] = {}
 
 
-def _baseline_fns(inst, A, B, out_dtype, run_target: Target):
+def gemm_baseline_fns(inst, A, B, out_dtype):
     """torch implementations of the same GEMM on the same stored operands."""
     import torch
 
@@ -111,20 +111,20 @@ def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps
     import torch
 
     from codegen.gpu import compile_kernel
-    from codegen.ops import gemm_bytes, gemm_flops, make_inputs, torch_dtype
+    from codegen.ops import family, torch_dtype
 
     inst = rendered.instance
-    m, n, k = shape
+    fam = family(inst)
     kernel = compile_kernel(rendered, shape, run_target)
-    case = make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
-    out_dtype = torch_dtype(inst.spec_dtypes[2], run_target)
-    c = torch.empty((m, n), dtype=out_dtype, device="cuda")
+    case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
+    out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)
+    c = torch.empty(fam.out_shape(inst, shape), dtype=out_dtype, device="cuda")
     flush = torch.empty(flush_nbytes, dtype=torch.uint8, device="cuda")
     row = BenchRow(uri=rendered.uri, name=inst.name, target=inst.target.value, shape=tuple(shape),
-                   dtypes="/".join(inst.spec_dtypes[:3]), status="ok",
-                   flops=gemm_flops(m, n, k), bytes=gemm_bytes(inst, m, n, k))
-    row.kernel = Timing.of(time_ms(lambda: kernel(case.A, case.B, c), flush))
-    for name, fn in _baseline_fns(inst, case.A, case.B, out_dtype, run_target).items():
+                   dtypes=inst.dtype_label(), status="ok",
+                   flops=fam.flops(inst, shape), bytes=fam.bytes(inst, shape))
+    row.kernel = Timing.of(time_ms(lambda: fam.launch(kernel, case, c), flush))
+    for name, fn in fam.baselines(inst, case, out_dtype).items():
         try:
             row.baselines[name] = Timing.of(time_ms(fn, flush))
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, the kernel's numbers stand

@@ -67,13 +67,13 @@ def list_(paths: SpecPaths = None, target: TargetOpt = None, as_json: JsonOpt = 
         sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")
         return
     table = Table(title=f"{len(files)} kernel instance(s)")
-    for col in ("uri", "target", "dtypes", "layout", "block MxNxK", "threads", "stages", "tail", "LDS B", "shapes"):
+    for col in ("uri", "op", "target", "dtypes", "layout", "tiling", "threads", "schedule", "tail", "LDS B", "shapes"):
         table.add_column(col)
     for f in files:
         i = f.instance
-        table.add_row(f.uri, i.target.value, "/".join(i.spec_dtypes[:3]), i.layout,
-                      f"{i.block_m}x{i.block_n}x{i.block_k}", str(i.threads), str(i.stages), i.tail,
-                      str(i.lds_bytes), str(len(i.shapes)))
+        s = i.summary()
+        table.add_row(f.uri, i.op, i.target.value, s["dtypes"], s["layout"], s["tiling"], s["threads"], s["schedule"],
+                      s["tail"], str(i.lds_bytes), str(len(i.shapes)))
     out.print(table)
 
 

@@ -105,7 +105,7 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
     for f, reason in skipped:
         i = f.instance
         rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=i.shapes[0],
-                                    dtypes="/".join(i.spec_dtypes[:3]), status="skipped", error=reason)))
+                                    dtypes=i.dtype_label(), status="skipped", error=reason)))
     with _progress(console) as progress:
         task = progress.add_task("compile", total=len(work))
         compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1,
@@ -125,6 +125,6 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
                 if error is not None:
                     i = f.instance
                     rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=tuple(shape),
-                                                dtypes="/".join(i.spec_dtypes[:3]), status="error", error=error)))
+                                                dtypes=i.dtype_label(), status="error", error=error)))
                 progress.advance(task)
     return BenchReport(gpu=asdict(gpu), copy_gbps=copy_gbps, flush_bytes=nflush, rows=rows)

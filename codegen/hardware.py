@@ -48,6 +48,7 @@ class Hardware:
     compute_units: int  # CUs (AMD) / SMs (NVIDIA)
     lds_bytes_per_workgroup: int  # LDS (AMD) / shared memory per block (NVIDIA)
     register_file_bytes_per_cu: int
+    max_registers_per_thread: int  # 32-bit registers one thread's ALU code can address (gfx942: arch VGPRs)
     simds_per_cu: int  # SIMDs (AMD) / SM sub-partitions (NVIDIA) that share a CU's waves
     lds_bytes_per_cu: int  # LDS (AMD) / shared memory of one CU/SM, shared by its resident workgroups
     # Smallest matrix-core instruction per input dtype; block sizes must be multiples of it.
@@ -80,6 +81,7 @@ GFX942 = Hardware(
     compute_units=304,
     lds_bytes_per_workgroup=64 * 1024,
     register_file_bytes_per_cu=512 * 1024,  # 4 SIMDs x 512 VGPRs x 64 lanes x 4 B
+    max_registers_per_thread=256,  # arch VGPRs (the other 256 of the unified file are AGPRs, MFMA only)
     simds_per_cu=4,
     lds_bytes_per_cu=64 * 1024,
     mma_shapes=_frozen(
@@ -118,6 +120,7 @@ SM_90 = Hardware(
     compute_units=132,
     lds_bytes_per_workgroup=227 * 1024,
     register_file_bytes_per_cu=256 * 1024,  # 65536 x 32-bit registers per SM
+    max_registers_per_thread=255,
     simds_per_cu=4,
     lds_bytes_per_cu=228 * 1024,
     mma_shapes=_frozen(

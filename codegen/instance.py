@@ -10,8 +10,8 @@ from pathlib import PurePosixPath
 from codegen.errors import SpecError, SpecErrors
 from codegen.hardware import HARDWARE, Target
 from codegen.load import LoadedSpec, format_path
-from codegen.rules import check_gemm, lds_bytes
-from codegen.spec import GemmSpec, WarpPolicy
+from codegen.rules import REDUCE_GROUP_LANES, check, lds_bytes, row_chunk, row_lds_bytes
+from codegen.spec import GemmSpec, SoftmaxSpec, WarpPolicy
 
 TEMPLATE_DIR = PurePosixPath("templates")
 
@@ -22,8 +22,30 @@ _POLICY = {
 }
 
 
+class _Identity:
+    """Identity methods shared by every family's instance (a frozen dataclass with the common fields
+    name, target, op, template, spec_file, shapes, allow_spills, min_waves_per_simd,
+    verify_tolerance_scale, lds_bytes, threads, tilelang_target)."""
+
+    def canonical(self, template_sha256: str) -> str:
+        data = asdict(self)
+        del data["spec_file"], data["verify_tolerance_scale"]
+        data["template_sha256"] = template_sha256
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def instance_hash(self, template_sha256: str) -> str:
+        return hashlib.sha256(self.canonical(template_sha256).encode()).hexdigest()
+
+    def uri(self, template_sha256: str) -> str:
+        return f"{self.name}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:8]}"
+
+    @property
+    def out_dir(self) -> PurePosixPath:
+        return PurePosixPath("generated") / self.target.value / self.op
+
+
 @dataclass(frozen=True, kw_only=True)
-class GemmInstance:
+class GemmInstance(_Identity):
     """A GEMM kernel for one target: C[M, N] = op(A) @ op(B), fully resolved."""
 
     # identity
@@ -61,19 +83,6 @@ class GemmInstance:
     verify_tolerance_scale: float = field(compare=False)  # how the kernel is checked, not what it is
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
-
-    # ---- identity -------------------------------------------------------------------------
-    def canonical(self, template_sha256: str) -> str:
-        data = asdict(self)
-        del data["spec_file"], data["verify_tolerance_scale"]
-        data["template_sha256"] = template_sha256
-        return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-    def instance_hash(self, template_sha256: str) -> str:
-        return hashlib.sha256(self.canonical(template_sha256).encode()).hexdigest()
-
-    def uri(self, template_sha256: str) -> str:
-        return f"{self.name}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:8]}"
 
     # ---- template inputs ------------------------------------------------------------------
     def template_vars(self) -> dict[str, object]:
@@ -115,12 +124,103 @@ class GemmInstance:
             "tail": self.tail, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
 
-    @property
-    def out_dir(self) -> PurePosixPath:
-        return PurePosixPath("generated") / self.target.value / self.op
+    def summary(self) -> dict[str, str]:
+        """The columns of `tilegen list`."""
+        return {"dtypes": "/".join(self.spec_dtypes[:3]), "layout": self.layout,
+                "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
+                "schedule": f"stages {self.stages}", "tail": self.tail}
+
+    def dtype_label(self) -> str:
+        return "/".join(self.spec_dtypes[:3])
 
 
-KernelInstance = GemmInstance
+@dataclass(frozen=True, kw_only=True)
+class RowInstance(_Identity):
+    """A row-wise kernel (today: softmax) over X[rows, cols] for one target: one workgroup
+    per row, each thread loading `vector` contiguous elements per chunk of threads*vector columns."""
+
+    name: str
+    target: Target
+    op: str
+    template: str
+    spec_file: str = field(compare=False)
+    shapes: tuple[tuple[int, int], ...]  # (rows, cols)
+    in_dtype: str  # TileLang dtype names
+    out_dtype: str
+    accum_dtype: str
+    spec_dtypes: tuple[str, str, str]  # input, out, accumulate as written in the spec
+    threads: int
+    vector: int
+    chunk: int  # threads * vector columns per chunk
+    reduce_groups: int  # 32-lane groups whose partials meet in LDS
+    unroll: int
+    tail: str
+    allow_spills: bool
+    min_waves_per_simd: int | None
+    verify_tolerance_scale: float = field(compare=False)
+    lds_bytes: int
+    tilelang_target: tuple[tuple[str, str], ...]
+
+    def template_vars(self) -> dict[str, object]:
+        return {"target_literal": repr(dict(self.tilelang_target))}
+
+    def metadata(self, uri: str) -> dict[str, object]:
+        i, o, acc = self.spec_dtypes
+        return {
+            "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
+            "dtypes": {"input": i, "out": o, "accumulate": acc}, "shapes": [list(s) for s in self.shapes],
+            "threads": self.threads, "vector": self.vector, "unroll": self.unroll, "tail": self.tail,
+            "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
+            "lds_bytes": self.lds_bytes, **self._family_metadata(),
+        }
+
+    def _family_metadata(self) -> dict[str, object]:
+        return {}
+
+    def summary(self) -> dict[str, str]:
+        return {"dtypes": self.dtype_label(), "layout": "row", "tiling": f"1 row x {self.vector}/thread",
+                "threads": str(self.threads), "schedule": self._schedule(), "tail": self.tail}
+
+    def _schedule(self) -> str:
+        return f"unroll {self.unroll}"
+
+    def dtype_label(self) -> str:
+        return "/".join(self.spec_dtypes[:2])
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoftmaxInstance(RowInstance):
+    """softmax over the last dim: Y[r, :] = exp(X[r, :] - max) / sum(exp(X[r, :] - max))."""
+
+    op: str = "softmax"
+    template: str = "softmax.py.j2"
+    variant: str  # online | two_pass
+
+    def _family_metadata(self) -> dict[str, object]:
+        return {"variant": self.variant}
+
+    def _schedule(self) -> str:
+        return self.variant if self.variant == "online" else f"{self.variant}, unroll {self.unroll}"
+
+
+KernelInstance = GemmInstance | SoftmaxInstance
+
+
+def row_instance(loaded: LoadedSpec, target: Target) -> RowInstance:
+    spec: SoftmaxSpec = loaded.spec
+    hw = HARDWARE[target]
+    d = spec.dtypes
+    return SoftmaxInstance(
+        name=spec.name, target=target, spec_file=loaded.doc.file,
+        shapes=tuple((s.rows, s.cols) for s in spec.shapes),
+        in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
+        accum_dtype=hw.tilelang_dtypes[d.accumulate], spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
+        threads=spec.threads, vector=spec.vector, chunk=row_chunk(spec),
+        reduce_groups=max(1, spec.threads // REDUCE_GROUP_LANES), unroll=spec.unroll, tail=spec.tail.value,
+        allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
+        verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=row_lds_bytes(spec),
+        tilelang_target=tuple(sorted(hw.tilelang_target.items())), variant=spec.variant.value,
+    )
 
 
 def _explicit_schedule(stages: int) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:
@@ -154,7 +254,13 @@ def gemm_instance(loaded: LoadedSpec, target: Target) -> GemmInstance:
     )
 
 
-def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = None) -> list[GemmInstance]:
+def make_instance(loaded: LoadedSpec, target: Target) -> KernelInstance:
+    if isinstance(loaded.spec, GemmSpec):
+        return gemm_instance(loaded, target)
+    return row_instance(loaded, target)
+
+
+def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = None) -> list[KernelInstance]:
     """Check every rule on every (spec, target) and across the whole set; return sorted instances.
 
     All errors of the set are collected and raised together, so nothing is generated from a set
@@ -162,7 +268,7 @@ def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = Non
     """
     errors: list[SpecError] = []
     first_by_name: dict[str, LoadedSpec] = {}
-    instances: list[GemmInstance] = []
+    instances: list[KernelInstance] = []
     for ls in loaded:
         spec = ls.spec
         if spec.name in first_by_name:
@@ -176,18 +282,18 @@ def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = Non
             if tgt in spec.targets[:i]:
                 errors.append(SpecError(ls.locate(("targets", i)), f"targets[{i}]={tgt.value}: listed twice",
                                         "duplicate_target"))
-        for tgt in spec.overrides:
+        for tgt in getattr(spec, "overrides", {}):
             if tgt not in spec.targets:
                 errors.append(SpecError(ls.locate(("overrides", tgt.value), key=True),
                                         f"overrides.{tgt.value}: {tgt.value} is not in targets", "override_target"))
         for tgt in sorted(set(spec.targets)):
-            for v in check_gemm(spec, HARDWARE[tgt]):
+            for v in check(spec, HARDWARE[tgt]):
                 shown = format_path(v.path)
                 if v.value is not None:
                     shown += f"={v.value}"
                 errors.append(SpecError(ls.locate(v.path), f"{shown}: {v.message}", v.rule))
             if targets is None or tgt in targets:
-                instances.append(gemm_instance(ls, tgt))
+                instances.append(make_instance(ls, tgt))
     if errors:
         # a rule that does not depend on the target fails alike on each one: report it once
         raise SpecErrors(list({str(e): e for e in errors}.values()))

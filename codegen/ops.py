@@ -28,9 +28,16 @@ def torch_dtype(dtype: str, target: Target):
     return {DType.FP16: torch.float16, DType.BF16: torch.bfloat16, DType.FP32: torch.float32}[d]
 
 
-def derived_shapes(inst: KernelInstance) -> list[tuple[int, int, int]]:
-    """Edge shapes verified on top of the spec's: the smallest legal size, and sizes one above and
-    one below a block multiple where the tail policy allows ragged sizes."""
+def derived_shapes(inst: KernelInstance) -> list[tuple[int, ...]]:
+    """Edge shapes verified on top of the spec's (any family: dispatches on inst.op)."""
+    if inst.op != "gemm":
+        return family(inst).derived_shapes(inst)
+    return gemm_derived_shapes(inst)
+
+
+def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
+    """GEMM: the smallest legal size, and sizes one above and one below a block multiple where the
+    tail policy allows ragged sizes."""
     bm, bn, bk = inst.block_m, inst.block_n, inst.block_k * inst.unroll
     if inst.tail == "none":
         return [(bm, bn, bk), (3 * bm, 2 * bn, 5 * bk)]
@@ -99,3 +106,193 @@ def dropped_k_tile(case: GemmCase, ref, block_m: int, block_k: int):
     bad = ref.clone()
     bad[rows] -= case.A32[rows, k0:] @ case.B32[k0:, :]
     return bad
+
+
+# ---------------------------------------------------------------- softmax
+def softmax_flops(rows: int, cols: int) -> float:
+    """5 per element: max, subtract, exp, add to the sum, scale by 1/sum (exp counted as one)."""
+    return 5.0 * rows * cols
+
+
+def row_bytes(inst, rows: int, cols: int) -> float:
+    """Compulsory DRAM traffic of a row kernel: read X and write Y once."""
+    i, o = DType(inst.spec_dtypes[0]), DType(inst.spec_dtypes[1])
+    return float(rows * cols * (DTYPE_BYTES[i] + DTYPE_BYTES[o]))
+
+
+def row_derived_shapes(inst) -> list[tuple[int, int]]:
+    """Edge shapes on top of the spec's: with no tail policy, one and two whole chunks
+    (threads*vector columns); with one, a single column and one column either side of a chunk
+    multiple. Never longer than the spec's longest row (the online variant's register budget)."""
+    c = inst.chunk
+    longest = max(cols for _, cols in inst.shapes)
+    cand = [(1, c), (3, 2 * c)] if inst.tail == "none" else [(1, 1), (2, c + 1), (3, 2 * c - 1)]
+    return [s for s in cand if s[1] <= max(longest, c)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowCase:
+    X: object  # stored input (device, input dtype)
+    X32: object  # the same rounded values in fp32
+
+
+def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> RowCase:
+    """'normal': X ~ N(0,1). 'wide': each row scaled by e^[-2, 2] and shifted by N(0, 4): a spread of
+    maxima and means."""
+    import torch
+
+    rows, cols = shape
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g)
+    if kind == "wide":
+        x = x * torch.exp(torch.empty(rows, 1).uniform_(-2, 2, generator=g)) + 2 * torch.randn(rows, 1, generator=g)
+    dt = torch_dtype(inst.spec_dtypes[0], run_target)
+    xq = x.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
+    return RowCase(X=xq.to(device), X32=xq.float().to(device))
+
+
+def softmax_reference(case: RowCase):
+    """fp32 softmax of the same rounded inputs, and the per-element error magnitude the tolerance
+    scales by u_acc: |ref| * (4*sqrt(cols) + 4*(1 + |x - max|)) -- the normaliser's accumulation
+    (random walk over cols terms) and the exp of x - max (its argument's rounding grows with it)."""
+    import torch
+
+    x = case.X32
+    ref = torch.softmax(x, dim=-1)
+    spread = (x - x.max(dim=-1, keepdim=True).values).abs()
+    mag = ref.abs() * (4.0 * x.shape[-1] ** 0.5 + 4.0 * (1.0 + spread))
+    return ref, mag
+
+
+def softmax_dropped_chunk(case: RowCase, chunk: int):
+    """Negative control: the first row's max and sum miss its last chunk of `chunk` columns (all of a
+    shorter row) -- what a kernel with a wrong column trip count produces; that chunk is still written."""
+    import torch
+
+    x = case.X32
+    bad = torch.softmax(x, dim=-1)
+    cols = x.shape[-1]
+    k0 = max(0, cols - chunk)
+    if k0 == 0:
+        bad[0] = float("inf")  # nothing left to normalise by
+        return bad
+    kept = x[0, :k0]
+    m = kept.max()
+    bad[0] = torch.exp(x[0] - m) / torch.exp(kept - m).sum()
+    return bad
+
+
+def softmax_controls(inst, case: RowCase, ref) -> dict[str, object]:
+    import torch
+
+    return {
+        "zeros": torch.zeros_like(ref),
+        "wrong_axis": torch.softmax(case.X32, dim=0),  # softmax over rows instead of columns
+        "dropped_chunk": softmax_dropped_chunk(case, inst.chunk),
+    }
+
+
+def softmax_baselines(inst, case: RowCase, out_dtype):
+    import torch
+
+    x = case.X
+    if out_dtype == x.dtype:
+        def op(t):
+            return torch.softmax(t, dim=-1)
+    else:
+        def op(t):
+            return torch.softmax(t, dim=-1, dtype=torch.float32).to(out_dtype)
+    compiled = _compiled(("softmax", inst.spec_dtypes), op)
+    return {"eager": lambda: op(x), "compile": lambda: compiled(x)}
+
+
+_COMPILED_ROW: dict[tuple, object] = {}
+
+
+def _compiled(key, op):
+    if key not in _COMPILED_ROW:
+        import torch
+        import torch._dynamo
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        _COMPILED_ROW[key] = torch.compile(op, dynamic=False)
+    return _COMPILED_ROW[key]
+
+
+# ---------------------------------------------------------------- the families
+@dataclass(frozen=True, kw_only=True)
+class OpFamily:
+    """What verify and bench need to know about one operator family, in one record."""
+
+    name: str
+    flops: object  # (inst, shape) -> float
+    bytes: object  # (inst, shape) -> float
+    make_inputs: object  # (inst, shape, *, seed, kind, device, run_target) -> case
+    reference: object  # (inst, case) -> (fp32 reference, error magnitude for the tolerance)
+    tolerance: object  # (inst, shape, run_target) -> a tolerance with bound(ref, mag) and describe()
+    controls: object  # (inst, case, ref) -> {name: wrong output}
+    derived_shapes: object  # (inst) -> [shape]
+    out_shape: object  # (inst, shape) -> output tensor shape
+    launch: object  # (kernel, case, out) -> None
+    baselines: object  # (inst, case, out_dtype) -> {name: fn}
+
+
+def _gemm_tolerance(inst, shape, run_target):
+    from codegen.verify import gemm_tolerance
+
+    return gemm_tolerance(inst.spec_dtypes, run_target, shape[2], inst.verify_tolerance_scale)
+
+
+def _row_tolerance(inst, shape, run_target):
+    from codegen.verify import row_tolerance
+
+    return row_tolerance(inst.op, inst.spec_dtypes, shape[1], inst.verify_tolerance_scale)
+
+
+def _gemm_baselines(inst, case, out_dtype):
+    from codegen.bench import gemm_baseline_fns
+
+    return gemm_baseline_fns(inst, case.A, case.B, out_dtype)
+
+
+GEMM = OpFamily(
+    name="gemm",
+    flops=lambda inst, s: gemm_flops(*s),
+    bytes=lambda inst, s: gemm_bytes(inst, *s),
+    make_inputs=make_inputs,
+    reference=lambda inst, case: reference(case),
+    tolerance=_gemm_tolerance,
+    controls=lambda inst, case, ref: {
+        "zeros": _zeros_like(ref), "wrong_operation": wrong_operation(case),
+        "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)},
+    derived_shapes=gemm_derived_shapes,
+    out_shape=lambda inst, s: (s[0], s[1]),
+    launch=lambda kernel, case, out: kernel(case.A, case.B, out),
+    baselines=_gemm_baselines,
+)
+
+SOFTMAX = OpFamily(
+    name="softmax",
+    flops=lambda inst, s: softmax_flops(*s),
+    bytes=lambda inst, s: row_bytes(inst, *s),
+    make_inputs=row_inputs,
+    reference=lambda inst, case: softmax_reference(case),
+    tolerance=_row_tolerance,
+    controls=softmax_controls,
+    derived_shapes=row_derived_shapes,
+    out_shape=lambda inst, s: tuple(s),
+    launch=lambda kernel, case, out: kernel(case.X, out),
+    baselines=softmax_baselines,
+)
+
+FAMILIES: dict[str, OpFamily] = {"gemm": GEMM, "softmax": SOFTMAX}
+
+
+def family(inst) -> OpFamily:
+    return FAMILIES[inst.op]
+
+
+def _zeros_like(ref):
+    import torch
+
+    return torch.zeros_like(ref)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pprint
+import re
 import tempfile
 from dataclasses import dataclass
 from functools import cache
@@ -39,9 +40,20 @@ def _environment(template_root: Path) -> jinja2.Environment:
     )
 
 
+_IMPORT = re.compile(r'{%-?\s*(?:import|include|from)\s+"([^"]+)"')
+
+
 @cache
 def template_sha256(template_root: Path, name: str) -> str:
-    return hashlib.sha256((template_root / name).read_bytes()).hexdigest()
+    """sha256 of a template and of the partials it imports (so a change to either changes the URI)."""
+    text = (template_root / name).read_bytes()
+    deps = sorted(set(_IMPORT.findall(text.decode("utf-8"))))
+    if not deps:
+        return hashlib.sha256(text).hexdigest()
+    h = hashlib.sha256(text)
+    for dep in deps:
+        h.update(b"\0" + dep.encode() + b"\0" + bytes.fromhex(template_sha256(template_root, dep)))
+    return h.hexdigest()
 
 
 def instance_uri(inst: KernelInstance, root: Path = REPO_ROOT) -> str:
@@ -147,6 +159,9 @@ def check_files(files: list[RenderedFile], root: Path, *, prune_dirs: set[PurePo
     return CheckResult(stale=stale, missing=missing, extra=extra)
 
 
-def target_dirs(targets, ops=("gemm",)) -> set[PurePosixPath]:
+def target_dirs(targets, ops=None) -> set[PurePosixPath]:
+    from codegen.spec import SPEC_MODELS
+
+    ops = sorted(SPEC_MODELS) if ops is None else ops
     return {GENERATED_DIR / str(t) / op for t in targets for op in ops}
 

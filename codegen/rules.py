@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from codegen.hardware import DTYPE_BYTES, DType, Hardware
-from codegen.spec import GemmSpec, GemmTuning, Layout, TailPolicy
+from codegen.spec import GemmSpec, GemmTuning, Layout, SoftmaxSpec, SoftmaxVariant, TailPolicy
 
 FieldPath = tuple[str | int, ...]
 
@@ -166,3 +166,119 @@ def check_gemm(spec: GemmSpec, hw: Hardware) -> list[Violation]:
     tuning, origin = spec.tuning_for(hw.target)
     ctx = GemmContext(spec=spec, hw=hw, tuning=tuning, origin=origin)
     return [v for rule in GEMM_RULES for v in rule(ctx)]
+
+
+# ---- row-wise families (today: softmax) -----------------------------------------------
+# One workgroup per row; a chunk is threads*vector columns (each thread loads `vector` contiguous
+# elements). Block reductions combine 32-lane groups (TileLang's warp_reduce is 32 lanes wide on
+# both targets) through LDS/shared memory.
+
+REDUCE_GROUP_LANES = 32
+ROW_VECTOR_BYTES = 16  # the widest load one thread issues (dwordx4 / LDG.128)
+ROW_TYPES = (DType.FP16, DType.BF16, DType.FP32)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowContext:
+    spec: SoftmaxSpec
+    hw: Hardware
+
+
+RowRule = Callable[[RowContext], Iterator[Violation]]
+
+
+def row_chunk(spec: SoftmaxSpec) -> int:
+    return spec.threads * spec.vector
+
+
+def row_lds_bytes(spec: SoftmaxSpec) -> int:
+    """LDS/shared memory of a row kernel: one fp32 partial per 32-lane reduction group."""
+    return 4 * max(1, spec.threads // REDUCE_GROUP_LANES)
+
+
+def row_register_budget(hw: Hardware, threads: int) -> int:
+    """fp32 row elements one thread may hold (the online softmax keeps its row in registers):
+    half of what a thread gets when the workgroup's threads share one CU's register file,
+    min(max_registers_per_thread, register_file_bytes_per_cu / 4 / threads) / 2; the other half is
+    left for addresses, statistics and the compiler's temporaries."""
+    per_thread = min(hw.max_registers_per_thread, hw.register_file_bytes_per_cu // 4 // max(threads, 1))
+    return per_thread // 2
+
+
+def row_dtype_supported(c: RowContext) -> Iterator[Violation]:
+    d = c.spec.dtypes
+    for field in ("input", "out"):
+        dt = getattr(d, field)
+        if dt not in ROW_TYPES:
+            yield Violation(rule="dtype_supported", path=("dtypes", field), value=dt.value,
+                            message=f"{c.spec.op} takes fp16, bf16 or fp32")
+    if d.accumulate != DType.FP32:
+        yield Violation(rule="dtype_supported", path=("dtypes", "accumulate"), value=d.accumulate.value,
+                        message="the statistics are kept in fp32: accumulate must be fp32")
+
+
+def row_wave_multiple(c: RowContext) -> Iterator[Violation]:
+    threads, hw = c.spec.threads, c.hw
+    if threads % hw.wave_lanes or threads < hw.min_threads:
+        yield Violation(rule="wave_multiple", path=("threads",), value=threads,
+                        message=f"must be a multiple of the {hw.wave_lanes}-lane {hw.wave_word} on {hw.target}")
+    elif threads > hw.max_threads_per_workgroup:
+        yield Violation(rule="wave_multiple", path=("threads",), value=threads,
+                        message=f"exceeds {hw.max_threads_per_workgroup} threads per workgroup on {hw.target}")
+
+
+def row_vector_width(c: RowContext) -> Iterator[Violation]:
+    nbytes = c.spec.vector * DTYPE_BYTES[c.spec.dtypes.input]
+    if nbytes > ROW_VECTOR_BYTES:
+        yield Violation(rule="vector_width", path=("vector",), value=c.spec.vector,
+                        message=f"{c.spec.vector} x {c.spec.dtypes.input.value} is {nbytes} B, over the "
+                                f"{ROW_VECTOR_BYTES}-byte widest load on {c.hw.target}")
+
+
+def row_tail_policy(c: RowContext) -> Iterator[Violation]:
+    if c.spec.tail != TailPolicy.NONE:
+        return
+    chunk = row_chunk(c.spec)
+    for i, s in enumerate(c.spec.shapes):
+        if s.cols % chunk:
+            yield Violation(rule="tail_policy", path=("shapes", i), value=None,
+                            message=f"cols={s.cols} is not a multiple of threads*vector={chunk}: "
+                                    "set tail: predicated or specialized")
+
+
+def row_registers(c: RowContext) -> Iterator[Violation]:
+    spec = c.spec
+    if not isinstance(spec, SoftmaxSpec) or spec.variant != SoftmaxVariant.ONLINE:
+        return
+    if spec.threads % c.hw.wave_lanes or spec.threads > c.hw.max_threads_per_workgroup:
+        return  # wave_multiple reports the thread count
+    budget = row_register_budget(c.hw, spec.threads)
+    chunk = row_chunk(spec)
+    for i, s in enumerate(spec.shapes):
+        held = -(-s.cols // chunk) * spec.vector
+        if held > budget:
+            yield Violation(rule="row_registers", path=("shapes", i, "cols"), value=s.cols,
+                            message=f"the online variant holds the row in registers: {held} fp32 per thread "
+                                    f"with {spec.threads} threads, over the budget of {budget} on {c.hw.target} "
+                                    "(more threads, or variant: two_pass)")
+
+
+def row_unroll(c: RowContext) -> Iterator[Violation]:
+    spec = c.spec
+    if isinstance(spec, SoftmaxSpec) and spec.variant == SoftmaxVariant.ONLINE and spec.unroll != 1:
+        yield Violation(rule="unroll_variant", path=("unroll",), value=spec.unroll,
+                        message="the online variant's column loop is always fully unrolled (its row lives in "
+                                "registers); unroll applies to two_pass")
+
+
+ROW_RULES: tuple[RowRule, ...] = (
+    row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll,
+)
+
+
+def check(spec, hw: Hardware) -> list[Violation]:
+    """Every legality rule of the spec's operator family on one target."""
+    if isinstance(spec, GemmSpec):
+        return check_gemm(spec, hw)
+    ctx = RowContext(spec=spec, hw=hw)
+    return [v for rule in ROW_RULES for v in rule(ctx)]

@@ -159,5 +159,52 @@ class GemmSpec(Model):
         return GemmTuning(**values), origin
 
 
-SPEC_MODELS: dict[str, type[Model]] = {"gemm": GemmSpec}
-OpSpec = GemmSpec
+# ---- row-wise families (today: softmax) --------------------------------------------------------------
+# One row of `cols` elements per workgroup; each thread streams `vector` contiguous elements per
+# chunk of threads*vector columns. No staged copy (the loads are independent vector loads): there is
+# no `pipeline` field; unrolling the column loop is what keeps several loads in flight.
+
+
+class RowDTypes(Model):
+    input: DType
+    out: DType
+    accumulate: DType = DType.FP32
+
+
+class RowShape(Model):
+    rows: PositiveInt
+    cols: PositiveInt
+
+
+class SoftmaxVariant(StrEnum):
+    # one pass over memory: the row is read once into registers while a running max and sum are kept
+    # per chunk, then normalised from registers (the row must fit the register budget: rule row_registers)
+    ONLINE = "online"
+    # no row buffer: a max pass, an exp/sum pass and a normalise pass over global memory (any length)
+    TWO_PASS = "two_pass"
+
+
+Vector = Literal[1, 2, 4, 8]
+
+
+class RowSpecBase(Model):
+    name: Identifier
+    dtypes: RowDTypes
+    shapes: Annotated[list[RowShape], Field(min_length=1)]
+    threads: PositiveInt
+    vector: Vector = 8  # elements per thread per load (one 16-byte load for fp16/bf16 at 8)
+    unroll: PositiveInt = 1  # unroll factor of the streaming column loops (T.unroll)
+    tail: TailPolicy = TailPolicy.NONE
+    targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
+    allow_spills: StrictBool = False
+    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+
+
+class SoftmaxSpec(RowSpecBase):
+    op: Literal["softmax"]
+    variant: SoftmaxVariant = SoftmaxVariant.TWO_PASS
+
+
+SPEC_MODELS: dict[str, type[Model]] = {"gemm": GemmSpec, "softmax": SoftmaxSpec}
+OpSpec = GemmSpec | SoftmaxSpec

@@ -55,6 +55,40 @@ def gemm_tolerance(spec_dtypes: tuple[str, ...], run_target: Target, k: int, sca
 
 
 @dataclass(frozen=True, kw_only=True)
+class RowTolerance:
+    """Row-wise families (softmax): tol_ij = u_out*|ref_ij| + eta_out + scale*u_acc*mag_ij, where
+    eta_out is the output dtype's absolute rounding bound in its subnormal range (half the smallest
+    subnormal: softmax outputs of long rows reach it) and the family's reference gives mag (its
+    modelled fp32 error magnitude per element, see codegen.ops)."""
+
+    u_out: float
+    eta_out: float
+    u_acc: float
+    model: str  # mag's formula, for reports
+    scale: float = 1.0
+
+    def describe(self) -> str:
+        return f"{self.u_out:.3g}*|ref| + {self.eta_out:.3g} + {self.scale:g}*{self.u_acc:.3g}*({self.model})"
+
+    def bound(self, ref, mag):
+        return self.u_out * ref.abs() + self.eta_out + self.scale * self.u_acc * mag + TINY
+
+
+# half the smallest subnormal of each output dtype: the absolute rounding error below the normal range
+SUBNORMAL_ROUNDOFF = {DType.FP16: 2.0**-25, DType.BF16: 2.0**-134, DType.FP32: 2.0**-150}
+
+ROW_MODELS = {
+    "softmax": "|ref|*(4*sqrt({n}) + 4*(1 + |x - max|))",
+}
+
+
+def row_tolerance(op: str, spec_dtypes: tuple[str, ...], cols: int, scale: float = 1.0) -> RowTolerance:
+    _, out, acc = (DType(d) for d in spec_dtypes)
+    return RowTolerance(u_out=UNIT_ROUNDOFF[out], eta_out=SUBNORMAL_ROUNDOFF[out], u_acc=UNIT_ROUNDOFF[acc], model=ROW_MODELS[op].format(n=cols),
+                        scale=scale)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     max_abs_err: float
     max_rel_err: float
@@ -85,7 +119,7 @@ class CaseResult:
     uri: str
     target: str
     run_target: str
-    shape: tuple[int, int, int]
+    shape: tuple[int, ...]
     seed: int
     inputs: str
     status: str  # verified | failed | vacuous | error | skipped
@@ -129,34 +163,31 @@ def judge(out, ref, abs_product, tol: Tolerance, controls: dict[str, object]) ->
 SEEDS = (0, 1)
 
 
-def verify_case(rendered, shape: tuple[int, int, int], run_target: Target, seeds=SEEDS) -> list[CaseResult]:
-    """Run one kernel at one shape on every (seed, input kind); executed inside a worker process."""
+def verify_case(rendered, shape: tuple[int, ...], run_target: Target, seeds=SEEDS) -> list[CaseResult]:
+    """Run one kernel at one shape on every (seed, input kind); executed inside a worker process.
+    Generic over the operator family (codegen.ops.OpFamily)."""
     import time
 
     import torch
 
     from codegen.gpu import compile_kernel, run_label
-    from codegen.ops import INPUT_KINDS, dropped_k_tile, make_inputs, reference, torch_dtype, wrong_operation
+    from codegen.ops import INPUT_KINDS, family, torch_dtype
 
     inst = rendered.instance
+    fam = family(inst)
     kernel = compile_kernel(rendered, shape, run_target)
-    m, n, k = shape
-    tol = gemm_tolerance(inst.spec_dtypes, run_target, k, inst.verify_tolerance_scale)
-    out_dtype = torch_dtype(inst.spec_dtypes[2], run_target)
+    tol = fam.tolerance(inst, shape, run_target)
+    out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)
     results = []
     for seed in seeds:
         for kind in INPUT_KINDS:
             t0 = time.perf_counter()
-            case = make_inputs(inst, shape, seed=seed, kind=kind, device="cuda", run_target=run_target)
-            c = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")  # unwritten output fails
-            kernel(case.A, case.B, c)
+            case = fam.make_inputs(inst, shape, seed=seed, kind=kind, device="cuda", run_target=run_target)
+            c = torch.full(fam.out_shape(inst, shape), float("nan"), dtype=out_dtype, device="cuda")  # unwritten fails
+            fam.launch(kernel, case, c)
             torch.cuda.synchronize()
-            ref, abs_product = reference(case)
-            controls = {
-                "zeros": torch.zeros_like(ref),
-                "wrong_operation": wrong_operation(case),
-                "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k),
-            }
+            ref, abs_product = fam.reference(inst, case)
+            controls = fam.controls(inst, case, ref)
             status, cmp, outcome = judge(c, ref, abs_product, tol, controls)
             results.append(CaseResult(
                 uri=rendered.uri, target=inst.target.value, run_target=run_target.value, shape=tuple(shape), seed=seed,

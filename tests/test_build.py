@@ -327,14 +327,17 @@ def test_gfx942_instance_compiles_without_spills_and_uses_mfma(first_shapes, ren
     r = first_shapes[rendered.uri]
     assert r.status == "built", f"{r.error} (log: {r.log})"
     assert r.shape == rendered.instance.shapes[0]
+    gemm = rendered.instance.op == "gemm"
     for k in r.kernels:
-        assert k.spills == 0 and k.asm.scratch_bytes == 0, k.symbol
-        assert k.asm.mfma_count >= 1, f"{k.symbol}: no v_mfma instruction"
+        if not rendered.instance.allow_spills:
+            assert k.spills == 0 and k.asm.scratch_bytes == 0, k.symbol
+        if gemm:
+            assert k.asm.mfma_count >= 1, f"{k.symbol}: no v_mfma instruction"
         assert k.launch.source == "tilelang" and k.lds_bytes > 0
         assert k.waves_per_simd >= (rendered.instance.min_waves_per_simd or 1)
     entry = Path(r.entry) if Path(r.entry).is_absolute() else ROOT / r.entry
     assert (entry / "kernel.co").read_bytes()[:4] == b"\x7fELF"
-    expected = 3 if rendered.instance.tail == "specialized" else 1
+    expected = 3 if gemm and rendered.instance.tail == "specialized" else 1
     assert len(r.kernels) == expected
 
 
@@ -348,7 +351,8 @@ def test_sm90_instance_compiles_to_a_cubin(first_shapes, rendered):
     for k in r.kernels:
         assert k.spills == 0, k.symbol
         assert 0 < k.ptxas.registers <= 255
-        assert k.ptx.wgmma + k.ptx.mma_sync >= 1, f"{k.symbol}: no tensor-core MMA in the PTX"
+        if rendered.instance.op == "gemm":
+            assert k.ptx.wgmma + k.ptx.mma_sync >= 1, f"{k.symbol}: no tensor-core MMA in the PTX"
 
 
 def _warm_build_in_subprocess(cache: Path, code: str) -> subprocess.CompletedProcess:

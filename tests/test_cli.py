@@ -161,7 +161,7 @@ def test_list_json_has_one_row_per_instance():
     assert len({r["uri"] for r in rows}) == len(rows)
     assert {(r["name"], r["target"]) for r in rows} == {(i.name, i.target.value) for i in instances}
     for r in rows:
-        assert r["file"] == f"generated/{r['target']}/gemm/{r['uri']}.py"
+        assert r["file"] == f"generated/{r['target']}/{r['op']}/{r['uri']}.py"
         assert (REPO_ROOT / r["file"]).is_file()
 
 
