@@ -9,6 +9,7 @@ import os
 import platform
 import re
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 from codegen.hardware import HARDWARE, DType, Target
@@ -66,15 +67,25 @@ def _shape(s) -> str:
 def write_verify(report, out_dir: Path) -> list[Path]:
     data = {"environment": environment(report.gpu), "gpu": report.gpu, "cases": report.cases}
     _write(out_dir / "verify.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
-    lines = ["| kernel | run on | shape | inputs | seed | status | max abs err | max rel err | mismatch | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for c in report.cases:
+    _write(out_dir / "verify.md", verify_markdown(data))
+    return [out_dir / "verify.json", out_dir / "verify.md"]
+
+
+def verify_markdown(data: dict) -> str:
+    """The markdown table of a verify.json document (so it can be rebuilt from the JSON alone)."""
+    env = data["environment"]
+    counts = Counter(c["status"] for c in data["cases"])
+    head = (f"Device: {env.get('device')} (driver {env.get('driver', '?')}), torch {env.get('torch')}, "
+            f"tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
+            + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".\n\n")
+    lines = ["| kernel | run on | shape | inputs | seed | status | max abs err | max rel err | mismatch | tolerance | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in data["cases"]:
         note = c["error"] or c["label"]
         lines.append(f"| {c['uri']} | {c['run_target']} | {_shape(c['shape'])} | {c['inputs']} | {c['seed']} | "
                      f"{c['status']} | {_fmt(c['max_abs_err'])} | {_fmt(c['max_rel_err'])} | "
-                     f"{_fmt(c['mismatch_ratio'])} | {note} |")
-    _write(out_dir / "verify.md", "\n".join(lines) + "\n")
-    return [out_dir / "verify.json", out_dir / "verify.md"]
+                     f"{_fmt(c['mismatch_ratio'])} | {c['tolerance']} | {note} |")
+    return head + "\n".join(lines) + "\n"
 
 
 def _fmt(v) -> str:
