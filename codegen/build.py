@@ -28,7 +28,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections import Counter
@@ -46,6 +45,7 @@ from rich.table import Table
 
 from codegen.buildcache import BuildCache, cache_key
 from codegen.errors import TilegenError
+from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.instance import KernelInstance
 from codegen.pipeline import Project
@@ -611,7 +611,7 @@ def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
         path = root / REPORT_DIR / f"{target.value}.json"
         text = dump_json(report.document(target, volatile=False))
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):
-            _write_text_atomic(path, text)
+            write_text_atomic(path, text)
             written.append(path)
     return tuple(written)
 
@@ -624,21 +624,6 @@ def dump_json(doc: object) -> str:
     short lists of integers (shapes, grids) kept on one line."""
     text = json.dumps(doc, indent=2)
     return _SCALAR_LIST_RE.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a committed report is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _bytes(n: int) -> str:

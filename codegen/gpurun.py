@@ -42,6 +42,30 @@ def plan(files: list[RenderedFile], gpu: GpuInfo, *, derived: bool, native_only:
     return jobs, skipped
 
 
+def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, console,
+                    setup=None):
+    """Compile every (file, shape) of `work` in parallel into TileLang's cache, then call
+    fn(file, shape, run_target, *extra) for each in a contained worker, where extra = setup(runner)
+    (run once, in the worker, before the cases; () without setup). Yields (file, shape, value, error):
+    exactly one of value and error is None."""
+    with _progress(console) as progress:
+        task = progress.add_task("compile", total=len(work))
+        compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1,
+                                    progress=lambda: progress.advance(task))
+        task = progress.add_task(label, total=len(work))
+        with ContainedRunner(timeout_s) as runner:
+            extra = setup(runner) if setup else ()
+            for f, shape in work:
+                error = compile_errors.get((f.uri, tuple(shape)))
+                value = None
+                if error is None:
+                    ok, value, _ = runner.call(fn, f, shape, gpu.run_target, *extra)
+                    if not ok:
+                        value, error = None, value
+                yield f, shape, value, error
+                progress.advance(task)
+
+
 @dataclass
 class VerifyReport:
     gpu: dict
@@ -59,25 +83,14 @@ def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float
     for f, reason in skipped:
         report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value, run_target=gpu.run_target.value,
                                               shape=f.instance.shapes[0], seed=-1, inputs="", status="skipped", error=reason)))
-    with _progress(console) as progress:
-        task = progress.add_task("compile", total=len(work))
-        compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1,
-                                    progress=lambda: progress.advance(task))
-        task = progress.add_task("verify", total=len(work))
-        with ContainedRunner(timeout_s) as runner:
-            for f, shape in work:
-                error = compile_errors.get((f.uri, tuple(shape)))
-                if error is None:
-                    ok, value, _ = runner.call(verify_case, f, shape, gpu.run_target)
-                    if ok:
-                        report.cases.extend(asdict(r) for r in value)
-                    else:
-                        error = value
-                if error is not None:
-                    report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value,
-                                                          run_target=gpu.run_target.value, shape=tuple(shape), seed=-1,
-                                                          inputs="", status="error", error=error)))
-                progress.advance(task)
+    runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, console=console)
+    for f, shape, value, error in runs:
+        if error is None:
+            report.cases.extend(asdict(r) for r in value)
+        else:
+            report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value,
+                                                  run_target=gpu.run_target.value, shape=tuple(shape), seed=-1,
+                                                  inputs="", status="error", error=error)))
     return report
 
 
@@ -93,10 +106,6 @@ class BenchReport:
         return all(r["status"] in ("ok", "skipped") for r in self.rows)
 
 
-def _copy_bw(nbytes: int) -> float:
-    return measure_copy_gbps(nbytes)
-
-
 def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
               console=None) -> BenchReport:
     work, skipped = plan(files, gpu, derived=False, native_only=True)
@@ -106,25 +115,21 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
         i = f.instance
         rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=i.shapes[0],
                                     dtypes=i.dtype_label(), status="skipped", error=reason)))
-    with _progress(console) as progress:
-        task = progress.add_task("compile", total=len(work))
-        compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1,
-                                    progress=lambda: progress.advance(task))
-        task = progress.add_task("bench", total=len(work))
-        with ContainedRunner(timeout_s) as runner:
-            ok, copy_gbps, _ = runner.call(_copy_bw, nflush)
-            copy_gbps = copy_gbps if ok else 0.0
-            for f, shape in work:
-                error = compile_errors.get((f.uri, tuple(shape)))
-                if error is None:
-                    ok, value, _ = runner.call(bench_case, f, shape, gpu.run_target, nflush, copy_gbps)
-                    if ok:
-                        rows.append(asdict(value))
-                    else:
-                        error = value
-                if error is not None:
-                    i = f.instance
-                    rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=tuple(shape),
-                                                dtypes=i.dtype_label(), status="error", error=error)))
-                progress.advance(task)
+    copy_gbps = 0.0
+
+    def measure_copy(runner) -> tuple:
+        nonlocal copy_gbps
+        ok, value, _ = runner.call(measure_copy_gbps, nflush)
+        copy_gbps = value if ok else 0.0
+        return nflush, copy_gbps
+
+    runs = _contained_runs(work, gpu, label="bench", fn=bench_case, jobs=jobs, timeout_s=timeout_s, console=console,
+                           setup=measure_copy)
+    for f, shape, value, error in runs:
+        if error is None:
+            rows.append(asdict(value))
+        else:
+            i = f.instance
+            rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=tuple(shape),
+                                        dtypes=i.dtype_label(), status="error", error=error)))
     return BenchReport(gpu=asdict(gpu), copy_gbps=copy_gbps, flush_bytes=nflush, rows=rows)

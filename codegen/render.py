@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import pprint
 import re
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -14,6 +12,7 @@ from pathlib import Path, PurePosixPath
 import jinja2
 
 from codegen.errors import TilegenError
+from codegen.files import write_text_atomic
 from codegen.instance import TEMPLATE_DIR, KernelInstance
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -86,19 +85,6 @@ def render_all(instances: list[KernelInstance], root: Path = REPO_ROOT) -> list[
     return files
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; generated files are ordinary source files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass(frozen=True, kw_only=True)
 class GenResult:
     written: list[PurePosixPath]
@@ -126,7 +112,7 @@ def write_files(files: list[RenderedFile], root: Path, *, prune_dirs: set[PurePo
         if dest.is_file() and dest.read_text(encoding="utf-8") == f.text:
             unchanged.append(f.path)
             continue
-        _write_atomic(dest, f.text)
+        write_text_atomic(dest, f.text)
         written.append(f.path)
     wanted = {f.path for f in files}
     removed = sorted(p for p in _existing(root, prune_dirs) if p not in wanted)

@@ -12,6 +12,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from codegen.files import write_text_atomic
 from codegen.hardware import HARDWARE, DType, Target
 
 
@@ -52,13 +53,6 @@ def device_slug(name: str) -> str:
     return (m.group(1) if m else re.sub(r"[^a-z0-9]+", "-", (name or "gpu").lower()).strip("-")).lower()
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def _shape(s) -> str:
     return "x".join(str(v) for v in s)
 
@@ -66,8 +60,8 @@ def _shape(s) -> str:
 # ---------------------------------------------------------------- verify
 def write_verify(report, out_dir: Path) -> list[Path]:
     data = {"environment": environment(report.gpu), "gpu": report.gpu, "cases": report.cases}
-    _write(out_dir / "verify.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
-    _write(out_dir / "verify.md", verify_markdown(data))
+    write_text_atomic(out_dir / "verify.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(out_dir / "verify.md", verify_markdown(data))
     return [out_dir / "verify.json", out_dir / "verify.md"]
 
 
@@ -120,13 +114,13 @@ def write_bench(report, out_dir: Path) -> list[Path]:
     env = environment(report.gpu)
     data = {"environment": env, "gpu": report.gpu, "copy_gbps": report.copy_gbps, "flush_bytes": report.flush_bytes,
             "rows": report.rows}
-    _write(out_dir / "bench.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(out_dir / "bench.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
     w.writeheader()
     for r in report.rows:
         w.writerow(_flat(r))
-    _write(out_dir / "bench.csv", buf.getvalue())
+    write_text_atomic(out_dir / "bench.csv", buf.getvalue())
     head = (f"Device: {env.get('device')} (driver {env.get('driver', '?')}, SM clock {env.get('sm_clock', '?')}), "
             f"torch {env.get('torch')}, tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
             f"Copy bandwidth measured in the same run: {report.copy_gbps:.0f} GB/s. "
@@ -139,7 +133,7 @@ def write_bench(report, out_dir: Path) -> list[Path]:
                                  _fmt(f["compile_ms"]), _fmt(f["tflops"]), _fmt(f["gbps"]), _fmt(f["pct_peak"]),
                                  _fmt(f["pct_copy_bw"]), f["bound"] or "", _fmt(f["speedup_eager"]),
                                  _fmt(f["speedup_compile"]), f["status"] + (f" ({f['error']})" if f["error"] else ""), ""]).strip())
-    _write(out_dir / "bench.md", head + "\n".join(lines) + "\n")
+    write_text_atomic(out_dir / "bench.md", head + "\n".join(lines) + "\n")
     paths = [out_dir / "bench.json", out_dir / "bench.csv", out_dir / "bench.md"]
     paths += _plots(report, out_dir)
     return paths

@@ -1,0 +1,78 @@
+"""verify_all / bench_all orchestration on the CPU: fake GPU, fake kernels. Checks that a compile
+error, a crash and a normal result each land in the report, and that the report is valid JSON."""
+
+import json
+import os
+from dataclasses import asdict
+
+import pytest
+
+from codegen import gpurun
+from codegen.bench import BenchRow, Timing
+from codegen.gpu import GpuInfo
+from codegen.hardware import Target
+from codegen.pipeline import Project
+from codegen.verify import CaseResult
+
+GPU = GpuInfo(name="Fake H200", vendor="nvidia", run_target=Target.SM_90, l2_bytes=1 << 20,
+              torch_version="x", runtime_version="CUDA x")
+FILES = [f for f in Project().rendered(targets=[Target.SM_90]) if f.instance.name in ("gemm_fp16_nt", "gemm_fp16_decode")]
+
+
+def fake_verify(rendered, shape, run_target):
+    if shape[0] == 1:
+        os._exit(7)  # a kernel that takes its process down
+    return [CaseResult(uri=rendered.uri, target=rendered.instance.target.value, run_target=run_target.value,
+                       shape=tuple(shape), seed=0, inputs="normal", status="verified")]
+
+
+def fake_bench(rendered, shape, run_target, nflush, copy_gbps):
+    t = Timing(median_ms=1.0, p10_ms=0.9, p90_ms=1.1, iters=10)
+    return BenchRow(uri=rendered.uri, name=rendered.instance.name, target=rendered.instance.target.value,
+                    shape=tuple(shape), dtypes="fp16", status="ok", kernel=t, baselines={"eager": t},
+                    speedup={"eager": 1.0, "compile": copy_gbps})
+
+
+def fake_copy(nbytes):
+    return 1234.0
+
+
+def fake_precompile(work, run_target, *, workers, progress=None):
+    for _ in work:
+        if progress:
+            progress()
+    bad = next(((f.uri, tuple(s)) for f, s in work if f.instance.name == "gemm_fp16_nt"), None)
+    return {bad: "CompileError: nvcc said no"}
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    monkeypatch.setattr(gpurun, "precompile", fake_precompile)
+    monkeypatch.setattr(gpurun, "verify_case", fake_verify)
+    monkeypatch.setattr(gpurun, "bench_case", fake_bench)
+    monkeypatch.setattr(gpurun, "measure_copy_gbps", fake_copy)
+
+
+def test_verify_all_reports_compile_errors_crashes_and_results(fakes):
+    report = gpurun.verify_all(FILES, GPU, jobs=1, timeout_s=60)
+    statuses = [(c["uri"].split("_sm90")[0], tuple(c["shape"]), c["status"]) for c in report.cases]
+    assert ("gemm_fp16_nt", (4096, 4096, 4096), "error") in statuses
+    assert any(s[0] == "gemm_fp16_decode" and s[1][0] == 1 and s[2] == "error" for s in statuses)
+    assert any(s[0] == "gemm_fp16_decode" and s[1][0] == 16 and s[2] == "verified" for s in statuses)
+    crash = next(c for c in report.cases if c["shape"][0] == 1 and "decode" in c["uri"])
+    assert "worker died (exit code 7)" in crash["error"]
+    assert not report.ok
+    json.loads(json.dumps(asdict(report)))
+
+
+def test_bench_all_measures_copy_once_and_skips_other_targets(fakes):
+    files = FILES + [f for f in Project().rendered(targets=[Target.GFX942]) if f.instance.name == "gemm_fp16_decode"]
+    report = gpurun.bench_all(files, GPU, jobs=1, timeout_s=60)
+    assert report.copy_gbps == 1234.0
+    by_status = {}
+    for r in report.rows:
+        by_status.setdefault(r["status"], []).append(r)
+    assert all(r["speedup"]["compile"] == 1234.0 for r in by_status["ok"])  # setup's result reached the cases
+    assert [r["target"] for r in by_status["skipped"]] == ["gfx942"]
+    assert by_status["error"][0]["error"] == "CompileError: nvcc said no"
+    json.loads(json.dumps(asdict(report)))
