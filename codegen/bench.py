@@ -77,12 +77,11 @@ class BenchRow:
     speedup: dict[str, float] = field(default_factory=dict)
 
 
-_COMPILED: dict[tuple, object] = {}
-
-
 def gemm_baseline_fns(inst, A, B, out_dtype):
     """torch implementations of the same GEMM on the same stored operands."""
     import torch
+
+    from codegen.ops import compiled_once
 
     a = A.t() if inst.trans_a else A
     b = B.t() if inst.trans_b else B
@@ -96,13 +95,7 @@ def gemm_baseline_fns(inst, A, B, out_dtype):
             return torch.matmul(x, y).to(out_dtype)
     else:
         op = torch.matmul
-    key = (inst.spec_dtypes, inst.layout)
-    if key not in _COMPILED:
-        import torch._dynamo
-
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        _COMPILED[key] = torch.compile(op, dynamic=False)
-    compiled = _COMPILED[key]
+    compiled = compiled_once(("gemm", inst.spec_dtypes, inst.layout), op)
     return {"eager": lambda: op(a, b), "compile": lambda: compiled(a, b)}
 
 

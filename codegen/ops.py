@@ -30,9 +30,7 @@ def torch_dtype(dtype: str, target: Target):
 
 def derived_shapes(inst: KernelInstance) -> list[tuple[int, ...]]:
     """Edge shapes verified on top of the spec's (any family: dispatches on inst.op)."""
-    if inst.op != "gemm":
-        return family(inst).derived_shapes(inst)
-    return gemm_derived_shapes(inst)
+    return family(inst).derived_shapes(inst)
 
 
 def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
@@ -202,21 +200,22 @@ def softmax_baselines(inst, case: RowCase, out_dtype):
     else:
         def op(t):
             return torch.softmax(t, dim=-1, dtype=torch.float32).to(out_dtype)
-    compiled = _compiled(("softmax", inst.spec_dtypes), op)
+    compiled = compiled_once(("softmax", inst.spec_dtypes), op)
     return {"eager": lambda: op(x), "compile": lambda: compiled(x)}
 
 
-_COMPILED_ROW: dict[tuple, object] = {}
+_COMPILED: dict[tuple, object] = {}
 
 
-def _compiled(key, op):
-    if key not in _COMPILED_ROW:
+def compiled_once(key, op):
+    """torch.compile(op), once per key and process (the bench worker keeps it across cases)."""
+    if key not in _COMPILED:
         import torch
         import torch._dynamo
 
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        _COMPILED_ROW[key] = torch.compile(op, dynamic=False)
-    return _COMPILED_ROW[key]
+        _COMPILED[key] = torch.compile(op, dynamic=False)
+    return _COMPILED[key]
 
 
 # ---------------------------------------------------------------- the families
