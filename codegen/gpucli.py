@@ -7,6 +7,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from rich.console import Console
 from rich.table import Table
 
 from codegen.errors import TilegenError
@@ -20,6 +21,11 @@ def require_gpu():
         return detect_gpu()
     except NoGpu as exc:
         raise TilegenError(f"no GPU to run kernels on: {exc}. `tilegen lower`/`build` work without one") from None
+
+
+def _wide(console: Console) -> Console:
+    """Tables at full width in logs: a console that is not a terminal would wrap them at 80 columns."""
+    return console if console.is_terminal else Console(file=console.file, width=200, highlight=False)
 
 
 def verify_table(report) -> Table:
@@ -41,13 +47,16 @@ def verify_table(report) -> Table:
 
 def bench_table(report) -> Table:
     table = Table(title=f"bench on {report.gpu['name']} (copy {report.copy_gbps:.0f} GB/s)")
-    for col in ("kernel", "shape", "ms", "TFLOP/s", "% peak", "vs eager", "vs compile", "status"):
+    for col in ("kernel", "shape", "ms", "TFLOP/s", "% peak", "GB/s", "% copy BW", "bound", "vs eager", "vs compile",
+                "status"):
         table.add_column(col)
     for r in report.rows:
         k = r.get("kernel") or {}
         s = r.get("speedup") or {}
         table.add_row(r["uri"], "x".join(map(str, r["shape"])), f"{k['median_ms']:.4f}" if k else "",
                       f"{r['tflops']:.1f}" if r.get("tflops") else "", f"{r['pct_peak']:.0f}" if r.get("pct_peak") else "",
+                      f"{r['gbps']:.0f}" if r.get("gbps") else "", f"{r['pct_copy_bw']:.0f}" if r.get("pct_copy_bw") else "",
+                      r.get("bound") or "",
                       f"{s['eager']:.2f}x" if "eager" in s else "", f"{s['compile']:.2f}x" if "compile" in s else "",
                       r["status"] + (f": {r['error']}" if r.get("error") else ""))
     return table
@@ -59,7 +68,7 @@ def run_verify(files, *, out_dir: Path, jobs: int | None, timeout_s: float, as_j
     written = write_verify(report, out_dir / device_slug(gpu.name))
     if as_json:
         sys.stdout.write(json.dumps({"gpu": report.gpu, "cases": report.cases}, indent=1, sort_keys=True) + "\n")
-    console.print(verify_table(report))
+    _wide(console).print(verify_table(report))
     console.print("reports: " + ", ".join(str(p) for p in written), markup=False)
     return report.ok
 
@@ -71,6 +80,6 @@ def run_bench(files, *, out_dir: Path, jobs: int | None, timeout_s: float, as_js
     if as_json:
         sys.stdout.write(json.dumps({"gpu": report.gpu, "copy_gbps": report.copy_gbps, "rows": report.rows},
                                     indent=1, sort_keys=True) + "\n")
-    console.print(bench_table(report))
+    _wide(console).print(bench_table(report))
     console.print("reports: " + ", ".join(str(p) for p in written), markup=False)
     return report.ok
