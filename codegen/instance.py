@@ -11,7 +11,7 @@ from codegen.errors import SpecError, SpecErrors
 from codegen.hardware import HARDWARE, Target
 from codegen.load import LoadedSpec, format_path
 from codegen.rules import REDUCE_GROUP_LANES, check, lds_bytes, row_chunk, row_lds_bytes
-from codegen.spec import GemmSpec, SoftmaxSpec, WarpPolicy
+from codegen.spec import GemmSpec, LayerNormSpec, SoftmaxSpec, WarpPolicy
 
 TEMPLATE_DIR = PurePosixPath("templates")
 
@@ -136,7 +136,7 @@ class GemmInstance(_Identity):
 
 @dataclass(frozen=True, kw_only=True)
 class RowInstance(_Identity):
-    """A row-wise kernel (today: softmax) over X[rows, cols] for one target: one workgroup
+    """A row-wise kernel (softmax, rmsnorm, layernorm) over X[rows, cols] for one target: one workgroup
     per row, each thread loading `vector` contiguous elements per chunk of threads*vector columns."""
 
     name: str
@@ -203,24 +203,77 @@ class SoftmaxInstance(RowInstance):
         return self.variant if self.variant == "online" else f"{self.variant}, unroll {self.unroll}"
 
 
-KernelInstance = GemmInstance | SoftmaxInstance
+@dataclass(frozen=True, kw_only=True)
+class NormInstance(RowInstance):
+    """rmsnorm: Y = X / sqrt(mean(X^2) + eps) * W; layernorm: Y = (X - mean) / sqrt(var + eps) * W + B
+    (biased variance). W and B have `cols` elements in the input dtype. The statistics are streamed
+    over global memory: rmsnorm reads the row twice (sum of squares, normalise), layernorm three times
+    (mean, centred sum of squares, normalise)."""
+
+    op: str  # rmsnorm | layernorm
+    template: str = "norm.py.j2"
+    eps: float
+    centered: bool  # subtract the mean (layernorm) -- and divide by the centred, not raw, mean square
+    has_bias: bool  # add B (layernorm)
+
+    def _family_metadata(self) -> dict[str, object]:
+        return {"eps": self.eps}
+
+    def _schedule(self) -> str:
+        return f"{3 if self.centered else 2} reads, unroll {self.unroll}"
+
+    def template_vars(self) -> dict[str, object]:
+        """The statements that differ between rmsnorm and layernorm, as finished literals."""
+        params = ["X: T.Tensor((M, N), IN_DTYPE)", "W: T.Tensor((N,), IN_DTYPE)"]
+        if self.has_bias:
+            params.append("B: T.Tensor((N,), IN_DTYPE)")
+        params.append("Y: T.Tensor((M, N), OUT_DTYPE)")
+        if self.centered:
+            formula = "Y = (X - mean) / sqrt(var + EPS) * W + B (biased variance, like F.layer_norm)"
+            square = "(xv[v] - mu[0]) * (xv[v] - mu[0])"
+            out = "(xv[v] - mu[0]) * rstd[0] * wv[v] + bv[v]"
+        else:
+            formula = "Y = X / sqrt(mean(X^2) + EPS) * W"
+            square = "xv[v] * xv[v]"
+            out = "xv[v] * rstd[0] * wv[v]"
+        return {
+            **super().template_vars(),
+            "formula": formula,
+            "param_doc": "W and B" if self.has_bias else "W",
+            "last_pass_doc": "normalise, scale and shift" if self.has_bias else "normalise and scale",
+            "eps_literal": repr(self.eps),
+            "kernel_params": ", ".join(params),
+            "store_call": "store_chunk(X, W, B, Y, N, row, @C, xv, wv, bv, mu, rstd, @G)" if self.has_bias
+                          else "store_chunk(X, W, Y, N, row, @C, xv, wv, mu, rstd, @G)",
+            "store_params": "X, W, B, Y, n, row, c, xv, wv, bv, mu, rstd, guarded" if self.has_bias
+                            else "X, W, Y, n, row, c, xv, wv, mu, rstd, guarded",
+            "square_term": square,
+            "out_term": out,
+        }
+
+
+KernelInstance = GemmInstance | SoftmaxInstance | NormInstance
 
 
 def row_instance(loaded: LoadedSpec, target: Target) -> RowInstance:
-    spec: SoftmaxSpec = loaded.spec
+    spec = loaded.spec
     hw = HARDWARE[target]
     d = spec.dtypes
-    return SoftmaxInstance(
-        name=spec.name, target=target, spec_file=loaded.doc.file,
-        shapes=tuple((s.rows, s.cols) for s in spec.shapes),
-        in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
-        accum_dtype=hw.tilelang_dtypes[d.accumulate], spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
-        threads=spec.threads, vector=spec.vector, chunk=row_chunk(spec),
-        reduce_groups=max(1, spec.threads // REDUCE_GROUP_LANES), unroll=spec.unroll, tail=spec.tail.value,
-        allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
-        verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=row_lds_bytes(spec),
-        tilelang_target=tuple(sorted(hw.tilelang_target.items())), variant=spec.variant.value,
-    )
+    common = {
+        "name": spec.name, "target": target, "spec_file": loaded.doc.file,
+        "shapes": tuple((s.rows, s.cols) for s in spec.shapes),
+        "in_dtype": hw.tilelang_dtypes[d.input], "out_dtype": hw.tilelang_dtypes[d.out],
+        "accum_dtype": hw.tilelang_dtypes[d.accumulate], "spec_dtypes": (d.input.value, d.out.value, d.accumulate.value),
+        "threads": spec.threads, "vector": spec.vector, "chunk": row_chunk(spec),
+        "reduce_groups": max(1, spec.threads // REDUCE_GROUP_LANES), "unroll": spec.unroll, "tail": spec.tail.value,
+        "allow_spills": spec.allow_spills, "min_waves_per_simd": spec.min_waves_per_simd,
+        "verify_tolerance_scale": spec.verify_tolerance_scale, "lds_bytes": row_lds_bytes(spec),
+        "tilelang_target": tuple(sorted(hw.tilelang_target.items())),
+    }
+    if isinstance(spec, SoftmaxSpec):
+        return SoftmaxInstance(**common, variant=spec.variant.value)
+    layer = isinstance(spec, LayerNormSpec)
+    return NormInstance(**common, op=spec.op, eps=spec.eps, centered=layer, has_bias=layer)
 
 
 def _explicit_schedule(stages: int) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:

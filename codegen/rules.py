@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from codegen.hardware import DTYPE_BYTES, DType, Hardware
-from codegen.spec import GemmSpec, GemmTuning, Layout, SoftmaxSpec, SoftmaxVariant, TailPolicy
+from codegen.spec import GemmSpec, GemmTuning, Layout, RowSpecBase, SoftmaxSpec, SoftmaxVariant, TailPolicy
 
 FieldPath = tuple[str | int, ...]
 
@@ -168,7 +168,7 @@ def check_gemm(spec: GemmSpec, hw: Hardware) -> list[Violation]:
     return [v for rule in GEMM_RULES for v in rule(ctx)]
 
 
-# ---- row-wise families (today: softmax) -----------------------------------------------
+# ---- row-wise families (softmax, rmsnorm, layernorm) -----------------------------------------------
 # One workgroup per row; a chunk is threads*vector columns (each thread loads `vector` contiguous
 # elements). Block reductions combine 32-lane groups (TileLang's warp_reduce is 32 lanes wide on
 # both targets) through LDS/shared memory.
@@ -180,18 +180,18 @@ ROW_TYPES = (DType.FP16, DType.BF16, DType.FP32)
 
 @dataclass(frozen=True, kw_only=True)
 class RowContext:
-    spec: SoftmaxSpec
+    spec: RowSpecBase
     hw: Hardware
 
 
 RowRule = Callable[[RowContext], Iterator[Violation]]
 
 
-def row_chunk(spec: SoftmaxSpec) -> int:
+def row_chunk(spec: RowSpecBase) -> int:
     return spec.threads * spec.vector
 
 
-def row_lds_bytes(spec: SoftmaxSpec) -> int:
+def row_lds_bytes(spec: RowSpecBase) -> int:
     """LDS/shared memory of a row kernel: one fp32 partial per 32-lane reduction group."""
     return 4 * max(1, spec.threads // REDUCE_GROUP_LANES)
 

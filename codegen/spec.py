@@ -159,7 +159,7 @@ class GemmSpec(Model):
         return GemmTuning(**values), origin
 
 
-# ---- row-wise families (today: softmax) --------------------------------------------------------------
+# ---- row-wise families (softmax, rmsnorm, layernorm) --------------------------------------------------------------
 # One row of `cols` elements per workgroup; each thread streams `vector` contiguous elements per
 # chunk of threads*vector columns. No staged copy (the loads are independent vector loads): there is
 # no `pipeline` field; unrolling the column loop is what keeps several loads in flight.
@@ -206,5 +206,22 @@ class SoftmaxSpec(RowSpecBase):
     variant: SoftmaxVariant = SoftmaxVariant.TWO_PASS
 
 
-SPEC_MODELS: dict[str, type[Model]] = {"gemm": GemmSpec, "softmax": SoftmaxSpec}
-OpSpec = GemmSpec | SoftmaxSpec
+class NormSpecBase(RowSpecBase):
+    """rmsnorm / layernorm over the last dim, with a weight (and, for layernorm, a bias) of `cols`
+    elements in the input dtype. Statistics are streamed over global memory (no row buffer)."""
+
+    eps: Annotated[StrictFloat, Field(gt=0)]  # added to the mean square / variance; no default: models differ
+
+
+class RmsNormSpec(NormSpecBase):
+    op: Literal["rmsnorm"]
+
+
+class LayerNormSpec(NormSpecBase):
+    op: Literal["layernorm"]
+
+
+SPEC_MODELS: dict[str, type[Model]] = {
+    "gemm": GemmSpec, "softmax": SoftmaxSpec, "rmsnorm": RmsNormSpec, "layernorm": LayerNormSpec,
+}
+OpSpec = GemmSpec | SoftmaxSpec | RmsNormSpec | LayerNormSpec

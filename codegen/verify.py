@@ -56,7 +56,7 @@ def gemm_tolerance(spec_dtypes: tuple[str, ...], run_target: Target, k: int, sca
 
 @dataclass(frozen=True, kw_only=True)
 class RowTolerance:
-    """Row-wise families (softmax): tol_ij = u_out*|ref_ij| + eta_out + scale*u_acc*mag_ij, where
+    """Row-wise families (softmax, rmsnorm, layernorm): tol_ij = u_out*|ref_ij| + eta_out + scale*u_acc*mag_ij, where
     eta_out is the output dtype's absolute rounding bound in its subnormal range (half the smallest
     subnormal: softmax outputs of long rows reach it) and the family's reference gives mag (its
     modelled fp32 error magnitude per element, see codegen.ops)."""
@@ -79,6 +79,8 @@ SUBNORMAL_ROUNDOFF = {DType.FP16: 2.0**-25, DType.BF16: 2.0**-134, DType.FP32: 2
 
 ROW_MODELS = {
     "softmax": "|ref|*(4*sqrt({n}) + 4*(1 + |x - max|))",
+    "rmsnorm": "|ref|*(4*sqrt({n}) + 8)",
+    "layernorm": "(|xhat*w| + |b|)*(4*sqrt({n}) + 8) + 4*sqrt({n})*rstd*|w|*mean|x|",
 }
 
 
