@@ -48,7 +48,7 @@ def verify_table(report) -> Table:
 def bench_table(report) -> Table:
     table = Table(title=f"bench on {report.gpu['name']} (copy {report.copy_gbps:.0f} GB/s)")
     for col in ("kernel", "shape", "ms", "TFLOP/s", "% peak", "GB/s", "% copy BW", "bound", "vs eager", "vs compile",
-                "status"):
+                "vs other", "status"):
         table.add_column(col)
     for r in report.rows:
         k = r.get("kernel") or {}
@@ -58,6 +58,7 @@ def bench_table(report) -> Table:
                       f"{r['gbps']:.0f}" if r.get("gbps") else "", f"{r['pct_copy_bw']:.0f}" if r.get("pct_copy_bw") else "",
                       r.get("bound") or "",
                       f"{s['eager']:.2f}x" if "eager" in s else "", f"{s['compile']:.2f}x" if "compile" in s else "",
+                      " ".join(f"{n} {v:.2f}x" for n, v in sorted(s.items()) if n not in ("eager", "compile")),
                       r["status"] + (f": {r['error']}" if r.get("error") else ""))
     return table
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePosixPath
 
 from codegen.errors import SpecError, SpecErrors
 from codegen.hardware import HARDWARE, Target
 from codegen.load import LoadedSpec, format_path
-from codegen.rules import REDUCE_GROUP_LANES, check, lds_bytes, row_chunk, row_lds_bytes
-from codegen.spec import GemmSpec, LayerNormSpec, SoftmaxSpec, WarpPolicy
+from codegen.rules import REDUCE_GROUP_LANES, attention_lds_bytes, check, lds_bytes, row_chunk, row_lds_bytes
+from codegen.spec import AttentionSpec, GemmSpec, LayerNormSpec, SoftmaxSpec, WarpPolicy
 
 TEMPLATE_DIR = PurePosixPath("templates")
 
@@ -252,7 +253,86 @@ class NormInstance(RowInstance):
         }
 
 
-KernelInstance = GemmInstance | SoftmaxInstance | NormInstance
+# Statements of the attention template's KV loop body, in order: the K and V copies (global -> LDS),
+# then the compute (mask/clear S, S = Q.K^T, the online-softmax update in 8 statements, O += P.V).
+# The explicit gfx942 schedule puts the copies in stage 0 and the compute in stage stages-1.
+ATTENTION_LOOP_COPIES = 2
+ATTENTION_LOOP_COMPUTE = 11
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionInstance(_Identity):
+    """FlashAttention-style forward for one target: O = softmax(scale * Q.K^T [masked]) . V, one
+    workgroup per (query block, head, batch), KV blocks streamed with an online softmax."""
+
+    name: str
+    target: Target
+    op: str = "attention"
+    template: str = "attention.py.j2"
+    spec_file: str = field(compare=False)
+    shapes: tuple[tuple[int, int, int, int, int], ...]  # (batch, heads, kv_heads, seq_q, seq_kv)
+    in_dtype: str  # TileLang dtype names
+    out_dtype: str
+    accum_dtype: str
+    spec_dtypes: tuple[str, str, str]  # input, out, accumulate as written in the spec
+    head_dim: int
+    causal: bool  # top-left aligned: query i attends to keys <= i
+    softmax_scale: float  # resolved: the spec's, or 1/sqrt(head_dim)
+    block_m: int
+    block_n: int
+    threads: int
+    stages: int
+    pipeline_order: tuple[int, ...] | None  # explicit schedule (gfx942); None = TileLang's num_stages (sm_90)
+    pipeline_stage: tuple[int, ...] | None
+    tail: str
+    allow_spills: bool
+    min_waves_per_simd: int | None
+    verify_tolerance_scale: float = field(compare=False)
+    lds_bytes: int
+    tilelang_target: tuple[tuple[str, str], ...]
+    uses_rocm_gemm: bool  # tilelang.rocm.language.gemm (gfx942) instead of T.gemm
+
+    def template_vars(self) -> dict[str, object]:
+        if self.pipeline_order is not None:
+            loop = f"T.Pipelined(kv_blocks, order={list(self.pipeline_order)}, stage={list(self.pipeline_stage)})"
+        elif self.stages >= 2:
+            loop = f"T.Pipelined(kv_blocks, num_stages={self.stages})"
+        else:
+            loop = "T.serial(kv_blocks)"
+        return {
+            "target_literal": repr(dict(self.tilelang_target)),
+            "kv_loop": loop,
+            "gemm_fn": "rocm_gemm" if self.uses_rocm_gemm else "T.gemm",
+            "scale_literal": repr(self.softmax_scale),
+            "scale_log2_literal": repr(self.softmax_scale * LOG2E),
+        }
+
+    def metadata(self, uri: str) -> dict[str, object]:
+        i, o, acc = self.spec_dtypes
+        return {
+            "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
+            "dtypes": {"input": i, "out": o, "accumulate": acc},
+            "shapes": [dict(zip(("batch", "heads", "kv_heads", "seq_q", "seq_kv"), s, strict=True)) for s in self.shapes],
+            "head_dim": self.head_dim, "causal": self.causal, "softmax_scale": self.softmax_scale,
+            "tiling": {"block_m": self.block_m, "block_n": self.block_n, "threads": self.threads},
+            "pipeline": {"stages": self.stages,
+                         "order": list(self.pipeline_order) if self.pipeline_order else None,
+                         "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
+            "tail": self.tail, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
+            "lds_bytes": self.lds_bytes,
+        }
+
+    def summary(self) -> dict[str, str]:
+        return {"dtypes": self.dtype_label(), "layout": "bshd" + (" causal" if self.causal else ""),
+                "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
+                "schedule": f"stages {self.stages}", "tail": self.tail}
+
+    def dtype_label(self) -> str:
+        return "/".join(self.spec_dtypes[:2])
+
+
+KernelInstance = GemmInstance | SoftmaxInstance | NormInstance | AttentionInstance
 
 
 def row_instance(loaded: LoadedSpec, target: Target) -> RowInstance:
@@ -307,9 +387,37 @@ def gemm_instance(loaded: LoadedSpec, target: Target) -> GemmInstance:
     )
 
 
+def attention_instance(loaded: LoadedSpec, target: Target) -> AttentionInstance:
+    spec: AttentionSpec = loaded.spec
+    hw = HARDWARE[target]
+    tuning, _ = spec.tuning_for(target)
+    t, stages = tuning.tiling, tuning.pipeline.stages
+    order = stage = None
+    if hw.needs_explicit_pipeline and stages >= 2:
+        n = ATTENTION_LOOP_COPIES + ATTENTION_LOOP_COMPUTE
+        order = tuple(range(n))
+        stage = (0,) * ATTENTION_LOOP_COPIES + (stages - 1,) * ATTENTION_LOOP_COMPUTE
+    d = spec.dtypes
+    scale = spec.softmax_scale if spec.softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
+    return AttentionInstance(
+        name=spec.name, target=target, spec_file=loaded.doc.file,
+        shapes=tuple((s.batch, s.heads, s.kv_heads, s.seq_q, s.seq_kv) for s in spec.shapes),
+        in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
+        accum_dtype=hw.tilelang_dtypes[d.accumulate], spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
+        head_dim=spec.head_dim, causal=spec.causal, softmax_scale=scale,
+        block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
+        pipeline_order=order, pipeline_stage=stage, tail=spec.tail.value,
+        allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
+        verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=attention_lds_bytes(spec, tuning, hw),
+        tilelang_target=tuple(sorted(hw.tilelang_target.items())), uses_rocm_gemm=hw.has_k_pack,
+    )
+
+
 def make_instance(loaded: LoadedSpec, target: Target) -> KernelInstance:
     if isinstance(loaded.spec, GemmSpec):
         return gemm_instance(loaded, target)
+    if isinstance(loaded.spec, AttentionSpec):
+        return attention_instance(loaded, target)
     return row_instance(loaded, target)
 
 

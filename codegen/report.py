@@ -91,7 +91,7 @@ def _fmt(v) -> str:
 # ---------------------------------------------------------------- bench
 CSV_FIELDS = ("uri", "name", "target", "shape", "dtypes", "status", "kernel_ms", "kernel_p10_ms", "kernel_p90_ms",
               "eager_ms", "compile_ms", "tflops", "gbps", "pct_peak", "pct_copy_bw", "bound", "speedup_eager",
-              "speedup_compile", "error")
+              "speedup_compile", "other_baselines", "error")
 
 
 def _flat(row: dict) -> dict:
@@ -106,8 +106,15 @@ def _flat(row: dict) -> dict:
         "tflops": row.get("tflops"), "gbps": row.get("gbps"), "pct_peak": row.get("pct_peak"),
         "pct_copy_bw": row.get("pct_copy_bw"), "bound": row.get("bound"), "speedup_eager": s.get("eager"),
         "speedup_compile": s.get("compile"),
+        # baselines other than eager/compile (attention: sdpa_flash, sdpa_cudnn), as "name ms (speed-up x)"
+        "other_baselines": _other_baselines(b, s),
         "error": row.get("error") or "; ".join(f"{n}: {e}" for n, e in (row.get("baseline_errors") or {}).items()),
     }
+
+
+def _other_baselines(baselines: dict, speedup: dict) -> str:
+    return "; ".join(f"{n} {(t or {}).get('median_ms', float('nan')):.4g} ms ({speedup.get(n, float('nan')):.2f}x)"
+                     for n, t in sorted(baselines.items()) if n not in ("eager", "compile"))
 
 
 def write_bench(report, out_dir: Path) -> list[Path]:
@@ -126,13 +133,13 @@ def write_bench(report, out_dir: Path) -> list[Path]:
             f"Copy bandwidth measured in the same run: {report.copy_gbps:.0f} GB/s. "
             f"L2 flushed with {report.flush_bytes >> 20} MiB before every timed launch; median over the iterations shown.\n\n")
     lines = [("| kernel | shape | dtypes | tilegen ms | eager ms | compile ms | TFLOP/s | GB/s | % peak | % copy BW | bound | "
-             "vs eager | vs compile | status |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "vs eager | vs compile | other baselines | status |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report.rows:
         f = _flat(r)
         lines.append(" | ".join(["", f["uri"], f["shape"], f["dtypes"], _fmt(f["kernel_ms"]), _fmt(f["eager_ms"]),
                                  _fmt(f["compile_ms"]), _fmt(f["tflops"]), _fmt(f["gbps"]), _fmt(f["pct_peak"]),
                                  _fmt(f["pct_copy_bw"]), f["bound"] or "", _fmt(f["speedup_eager"]),
-                                 _fmt(f["speedup_compile"]), f["status"] + (f" ({f['error']})" if f["error"] else ""), ""]).strip())
+                                 _fmt(f["speedup_compile"]), f["other_baselines"], f["status"] + (f" ({f['error']})" if f["error"] else ""), ""]).strip())
     write_text_atomic(out_dir / "bench.md", head + "\n".join(lines) + "\n")
     paths = [out_dir / "bench.json", out_dir / "bench.csv", out_dir / "bench.md"]
     paths += _plots(report, out_dir)
@@ -153,8 +160,11 @@ def _plots(report, out_dir: Path) -> list[Path]:
     labels = [f"{r['name']}\n{_shape(r['shape'])}" for r in rows]
     fig, ax = plt.subplots(figsize=(max(8, 0.6 * len(rows)), 5))
     x = range(len(rows))
-    for off, base in ((-0.2, "eager"), (0.2, "compile")):
-        ax.bar([i + off for i in x], [r["speedup"].get(base, 0) for r in rows], width=0.4, label=f"vs torch {base}")
+    bases = sorted({b for r in rows for b in r["speedup"]}, key=lambda b: (b not in ("eager", "compile"), b))
+    width = 0.8 / max(len(bases), 1)
+    for n, base in enumerate(bases):
+        off = (n - (len(bases) - 1) / 2) * width
+        ax.bar([i + off for i in x], [r["speedup"].get(base, 0) for r in rows], width=width, label=f"vs torch {base}")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(list(x), labels, rotation=70, fontsize=7)
     ax.set_ylabel("speed-up (baseline time / tilegen time)")

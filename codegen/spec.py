@@ -221,7 +221,71 @@ class LayerNormSpec(NormSpecBase):
     op: Literal["layernorm"]
 
 
+# ---- attention forward (FlashAttention style) ---------------------------------------------------------------------
+# One workgroup per (query block of block_m rows, head, batch); KV blocks of block_n keys stream through
+# LDS/shared memory with an online softmax (running max and sum in fp32); nothing of seq_q x seq_kv is stored.
+# Layout: Q and O [batch, seq_q, heads, head_dim], K and V [batch, seq_kv, kv_heads, head_dim] (README).
+
+ATTENTION_HEAD_DIMS = (64, 128)
+
+
+class AttentionShape(Model):
+    batch: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt  # heads share a K/V head in groups of heads // kv_heads (GQA; = heads for MHA)
+    seq_q: PositiveInt
+    seq_kv: PositiveInt
+
+
+class AttentionTiling(Model):
+    block_m: PositiveInt  # query rows per workgroup
+    block_n: PositiveInt  # keys per KV block (one step of the online softmax)
+    threads: PositiveInt
+
+
+class AttentionTuning(Model):
+    """The per-target tunables; `overrides.<target>` may replace any of them for one target."""
+
+    tiling: AttentionTiling
+    pipeline: Pipeline = Pipeline()
+
+
+class AttentionOverride(Model):
+    tiling: AttentionTiling | None = None
+    pipeline: Pipeline | None = None
+
+
+class AttentionSpec(Model):
+    name: Identifier
+    op: Literal["attention"]
+    dtypes: RowDTypes
+    shapes: Annotated[list[AttentionShape], Field(min_length=1)]
+    head_dim: StrictInt  # 64 or 128 (rule head_dim)
+    causal: StrictBool = False  # top-left aligned: query i attends to keys <= i
+    softmax_scale: Annotated[StrictFloat, Field(gt=0)] | None = None  # None: 1/sqrt(head_dim)
+    tiling: AttentionTiling
+    pipeline: Pipeline = Pipeline()
+    tail: TailPolicy = TailPolicy.NONE
+    targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
+    overrides: dict[Target, AttentionOverride] = {}
+    allow_spills: StrictBool = False
+    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+
+    def tuning_for(self, target: Target) -> tuple[AttentionTuning, dict[str, tuple[str, ...]]]:
+        """The effective tunables for `target` and, per field, the spec path it came from."""
+        override = self.overrides.get(target)
+        values: dict[str, object] = {}
+        origin: dict[str, tuple[str, ...]] = {}
+        for field_name in AttentionTuning.model_fields:
+            replaced = getattr(override, field_name) if override is not None else None
+            values[field_name] = replaced if replaced is not None else getattr(self, field_name)
+            origin[field_name] = ("overrides", target.value, field_name) if replaced is not None else (field_name,)
+        return AttentionTuning(**values), origin
+
+
 SPEC_MODELS: dict[str, type[Model]] = {
     "gemm": GemmSpec, "softmax": SoftmaxSpec, "rmsnorm": RmsNormSpec, "layernorm": LayerNormSpec,
+    "attention": AttentionSpec,
 }
-OpSpec = GemmSpec | SoftmaxSpec | RmsNormSpec | LayerNormSpec
+OpSpec = GemmSpec | SoftmaxSpec | RmsNormSpec | LayerNormSpec | AttentionSpec

@@ -91,6 +91,36 @@ def row_tolerance(op: str, spec_dtypes: tuple[str, ...], cols: int, scale: float
 
 
 @dataclass(frozen=True, kw_only=True)
+class AttentionTolerance:
+    """Attention: tol_id = u_out*|ref_id| + eta_out + scale*mag_id. The first two terms bound the final
+    rounding to the output dtype; mag (codegen.ops._attention_error_mag) is the modelled error of the
+    kernel's arithmetic with its unit roundoffs already in: P rounded to the input dtype before P.V
+    (2*u_in relative, the dominant term), fp32 sums over seq_kv keys and head_dim products, the exp2
+    argument's rounding, and fp16-subnormal P values -- all carried by P.|V|. Only mag is scaled."""
+
+    u_out: float
+    eta_out: float
+    u_in: float
+    u_acc: float
+    head_dim: int
+    seq_kv: int
+    scale: float = 1.0
+
+    def describe(self) -> str:
+        return (f"{self.u_out:.3g}*|ref| + {self.eta_out:.3g} + {self.scale:g}*((2*{self.u_in:.3g} + {self.u_acc:.3g}*"
+                f"(4*sqrt({self.seq_kv}) + 4*sqrt({self.head_dim})*A + 4*(1 + B)))*P.|V| + eta_in*M.|V|/l)")
+
+    def bound(self, ref, mag):
+        return self.u_out * ref.abs() + self.eta_out + self.scale * mag + TINY
+
+
+def attention_tolerance(spec_dtypes: tuple[str, ...], head_dim: int, seq_kv: int, scale: float = 1.0) -> AttentionTolerance:
+    i, out, acc = (DType(d) for d in spec_dtypes)
+    return AttentionTolerance(u_out=UNIT_ROUNDOFF[out], eta_out=SUBNORMAL_ROUNDOFF[out], u_in=UNIT_ROUNDOFF[i],
+                              u_acc=UNIT_ROUNDOFF[acc], head_dim=head_dim, seq_kv=seq_kv, scale=scale)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     max_abs_err: float
     max_rel_err: float

@@ -33,7 +33,7 @@ IDS = [f"{f.uri}-{'x'.join(map(str, s))}" for f, s in GRID]
 @pytest.mark.parametrize(("rendered", "shape"), GRID, ids=IDS)
 def test_lowers_for_its_target(rendered, shape):
     kernel = lower(rendered, shape, rendered.instance.target)
-    gemm_on_amd = rendered.instance.op == "gemm" and rendered.instance.target.value == "gfx942"
+    gemm_on_amd = rendered.instance.op in ("gemm", "attention") and rendered.instance.target.value == "gfx942"
     marker = "__builtin_amdgcn_mfma" if gemm_on_amd else "__global__"
     assert marker in kernel.source
 

@@ -1,0 +1,219 @@
+"""attention forward: spec errors (expect-style), lowering for both targets (causal block skipping and
+GQA show in the source), and the checker on the CPU (a correct output verifies, buggy outputs fail,
+every negative control is rejected, a loose tolerance is vacuous)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+
+from codegen.errors import SpecErrors
+from codegen.instance import build_instances
+from codegen.load import parse_specs
+from codegen.lower import lower
+from codegen.ops import ATTENTION, attention_dropped_block, derived_shapes, family, torch_dtype
+from codegen.pipeline import Project
+from codegen.render import render_all
+from codegen.verify import judge
+
+FILE = "specs/x.yaml"
+BASE = """\
+- name: a
+  op: attention
+  dtypes: {input: fp16, out: fp16}
+  shapes:
+    - {batch: 1, heads: 8, kv_heads: 2, seq_q: 512, seq_kv: 512}
+  head_dim: 128
+  tiling: {block_m: 128, block_n: 64, threads: 256}
+  pipeline: {stages: 2}
+  tail: none
+  targets: [sm_90]
+"""
+
+
+def edit(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+    return text.replace(old, new)
+
+
+def errors(text: str) -> list[str]:
+    try:
+        build_instances(parse_specs(text, FILE))
+    except SpecErrors as exc:
+        return [str(e) for e in exc.errors]
+    raise AssertionError("the spec validated, but an error was expected")
+
+
+def test_base_spec_is_valid_and_the_scale_is_resolved():
+    (inst,) = build_instances(parse_specs(BASE, FILE))
+    assert (inst.op, inst.head_dim, inst.causal, inst.softmax_scale, inst.lds_bytes) == (
+        "attention", 128, False, 1 / math.sqrt(128), (128 * 128 + 2 * 2 * 64 * 128) * 2)
+    assert inst.pipeline_order is None  # sm_90: TileLang's num_stages
+    (inst,) = build_instances(parse_specs(edit(BASE, "head_dim: 128", "head_dim: 128\n  softmax_scale: 0.5"), FILE))
+    assert inst.softmax_scale == 0.5
+
+
+def test_gfx942_gets_an_explicit_schedule():
+    text = edit(edit(BASE, "targets: [sm_90]", "targets: [gfx942]"), "block_m: 128, block_n: 64", "block_m: 64, block_n: 32")
+    (inst,) = build_instances(parse_specs(text, FILE))
+    assert inst.pipeline_order == tuple(range(13)) and inst.pipeline_stage == (0, 0) + (1,) * 11
+    assert inst.lds_bytes == (64 * 128 + 2 * 2 * 32 * 128) * 2 + 2 * 256 * 4  # + the reductions' workspaces
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("head_dim: 128", "head_dim: 96",
+     "specs/x.yaml:6:13: head_dim=96: supported head_dim values are 64, 128 [head_dim]"),
+    ("kv_heads: 2", "kv_heads: 3",
+     ("specs/x.yaml:5:38: shapes[0].kv_heads=3: must divide heads=8 (each K/V head serves heads/kv_heads query heads) "
+     "[gqa_heads]")),
+    ("seq_kv: 512", "seq_kv: 500",
+     "specs/x.yaml:5:7: shapes[0]: seq_kv=500 is not a multiple of block_n=64: set tail: predicated [tail_policy]"),
+    ("tail: none", "tail: specialized",
+     ("specs/x.yaml:9:9: tail=specialized: attention has no specialized edge kernels: use none or predicated "
+     "[tail_policy]")),
+    ("head_dim: 128", "head_dim: 128\n  softmax_scale: -1.0",
+     "specs/x.yaml:7:18: softmax_scale=-1.0: Input should be greater than 0 [greater_than]"),
+])
+def test_spec_errors(old, new, message):
+    assert errors(edit(BASE, old, new)) == [message]
+
+
+def test_lds_overflow_on_gfx942():
+    text = edit(BASE, "targets: [sm_90]", "targets: [gfx942, sm_90]")
+    assert errors(text) == [
+        ("specs/x.yaml:7:11: tiling: Q 128x128 + (K + V) 64x128 x 2 stage(s) + reduction workspaces need 100352 B "
+        "(98 KiB) of LDS, over the 65536 B (64 KiB) per workgroup on gfx942 [lds_budget]")]
+
+
+def test_threads_and_block_sizes():
+    text = edit(edit(BASE, "targets: [sm_90]", "targets: [gfx942]"), "block_m: 128, block_n: 64, threads: 256",
+                "block_m: 32, block_n: 40, threads: 96").replace("tail: none", "tail: predicated")
+    assert errors(text) == [
+        "specs/x.yaml:7:47: tiling.threads=96: must be a multiple of the 64-lane wavefront on gfx942 [wave_multiple]",
+        ("specs/x.yaml:7:34: tiling.block_n=40: must be a multiple of 16 (the N and K of the fp16 MMA tile 16x16x16 on "
+        "gfx942) [mma_shape]")]
+
+
+def test_distinct_instances_get_distinct_uris():
+    variants = [BASE, edit(BASE, "tail: none", "tail: predicated"), edit(BASE, "head_dim: 128", "head_dim: 64"),
+                edit(BASE, "tail: none", "tail: none\n  causal: true"),
+                edit(BASE, "head_dim: 128", "head_dim: 128\n  softmax_scale: 0.125")]
+    uris = [f.uri for v in variants for f in render_all(build_instances(parse_specs(v, FILE)))]
+    assert len(set(uris)) == len(uris)
+
+
+# ---- lowering -------------------------------------------------------------------------------------
+
+FILES = {(f.instance.name, f.instance.target.value): f for f in Project().rendered() if f.instance.op == "attention"}
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_causal_skips_the_blocks_above_the_diagonal(target):
+    # the KV loop's trip count depends on the query block (blockIdx.x) only when causal
+    shape = (1, 4, 2, 512, 512)
+    causal = lower(FILES[("attn_fp16_d128_causal", target)], shape, target).source
+    full = lower(FILES[("attn_fp16_d128", target)], shape, target).source
+    loop = re.compile(r"for \(int kb = 0; kb < ([^;]*);")
+    assert any("blockIdx.x" in bound for bound in loop.findall(causal)), loop.findall(causal)
+    assert not any("blockIdx.x" in bound for bound in loop.findall(full)), loop.findall(full)
+    # GQA: the K/V head is blockIdx.y // 2 (4 query heads on 2 K/V heads)
+    assert "((int)blockIdx.y) >> 1" in causal
+    assert ("__builtin_amdgcn_mfma" if target == "gfx942" else "wgmma") in causal
+
+
+# ---- the checker, on the CPU ----------------------------------------------------------------------
+
+
+def _check(inst, shape, out_fn, kind="normal", scale=None):
+    fam = family(inst)
+    case = fam.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
+    ref, mag = fam.reference(inst, case)
+    out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[1], inst.target))
+    tol = fam.tolerance(inst, shape, inst.target)
+    if scale is not None:
+        tol = replace(tol, scale=scale)
+    return judge(out, ref, mag, tol, fam.controls(inst, case, ref))
+
+
+NAMES = ["attn_fp16_d128", "attn_fp16_d128_causal", "attn_bf16_gqa_causal", "attn_fp16_ragged", "attn_fp16_d64_causal"]
+
+
+@pytest.mark.parametrize("kind", ["normal", "wide"])
+@pytest.mark.parametrize("name", NAMES)
+def test_correct_output_verifies_and_every_control_is_rejected(name, kind):
+    inst = FILES[(name, "sm_90")].instance
+    for shape in derived_shapes(inst):
+        if shape[3] == 1 and shape[4] == 1:
+            continue  # one key: every row's output is v_0 whatever the mask -- the controls equal the reference
+        status, cmp, controls = _check(inst, shape, lambda case, ref: ref, kind=kind)
+        assert status == "verified", (shape, cmp, controls)
+        assert set(controls.values()) == {"rejected"}, (shape, controls)
+
+
+def test_the_fp32_reference_is_inside_the_modelled_error():
+    # the fp32 reference against float64 math: the modelled term must cover it with a wide margin
+    for name in ("attn_fp16_d128_causal", "attn_bf16_gqa_causal"):
+        inst = FILES[(name, "sm_90")].instance
+        fam = family(inst)
+        shape = (1, 2, 1, 300, 300)
+        for kind in ("normal", "wide"):
+            case = fam.make_inputs(inst, shape, seed=1, kind=kind, device="cpu", run_target=inst.target)
+            ref, mag = fam.reference(inst, case)
+            q, k, v = (t.double()[0].transpose(0, 1) for t in (case.Q32, case.K32, case.V32))
+            k, v = k.repeat_interleave(2, 0), v.repeat_interleave(2, 0)
+            s = inst.softmax_scale * q @ k.transpose(1, 2)
+            s = s.masked_fill(torch.ones(300, 300, dtype=torch.bool).triu(1), float("-inf"))
+            exact = (torch.softmax(s, -1) @ v).transpose(0, 1)[None]
+            assert ((ref.double() - exact).abs() <= 0.25 * mag).all(), (name, kind)
+
+
+BUGS = ["one_element", "dropped_kv_block", "unwritten_nan", "wrong_scale", "p_not_renormalised", "wrong_kv_head"]
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_buggy_outputs_fail(bug):
+    inst = FILES[("attn_fp16_ragged", "sm_90")].instance
+    shape = (1, 4, 2, 2 * inst.block_m + 1, 2 * inst.block_n + 3)
+
+    def buggy(case, ref):
+        out = ref.clone()
+        if bug == "one_element":
+            idx = ref[0, 5, 1].abs().argmax()
+            out[0, 5, 1, idx] *= 1.02  # 2% off on one output
+        elif bug == "dropped_kv_block":
+            out = attention_dropped_block(inst, case, ref)
+        elif bug == "unwritten_nan":
+            out[0, -1, -1, -1] = float("nan")
+        elif bug == "wrong_scale":  # the default scale's log2(e) factor applied twice
+            out = ATTENTION.reference(replace(inst, softmax_scale=inst.softmax_scale * 1.4426950408889634), case)[0]
+        elif bug == "p_not_renormalised":  # the last row sum misses one block's rescale: ~1% off
+            out[0, :, :] *= 1.01
+        elif bug == "wrong_kv_head":  # heads 0,1 -> K/V head 0 and 2,3 -> 1 swapped for 0,2 -> 0 and 1,3 -> 1
+            wrong = replace(case, K32=case.K32[:, :, [1, 0]], V32=case.V32[:, :, [1, 0]])
+            out = ATTENTION.reference(inst, wrong)[0]
+        return out
+
+    status, cmp, _ = _check(inst, shape, buggy, kind="wide")
+    assert status == "failed", (bug, cmp)
+    assert cmp.mismatch_ratio > 0
+
+
+@pytest.mark.parametrize("name", ["attn_fp16_d128", "attn_bf16_gqa_causal"])
+def test_a_loose_tolerance_is_reported_vacuous(name):
+    inst = FILES[(name, "sm_90")].instance
+    status, _, controls = _check(inst, (1, 2, 1, 256, 256), lambda case, ref: ref, scale=1e6)
+    assert status == "vacuous"
+    assert any("PASSED" in v for v in controls.values())
+
+
+def test_flop_and_byte_formulas():
+    full, causal = FILES[("attn_fp16_d128", "sm_90")].instance, FILES[("attn_bf16_gqa_causal", "sm_90")].instance
+    assert ATTENTION.flops(full, (4, 32, 32, 4096, 4096)) == 4.0 * 4 * 32 * 4096 * 4096 * 128
+    assert ATTENTION.flops(causal, (4, 32, 8, 4096, 4096)) == 2.0 * 4 * 32 * 4096 * 4096 * 128
+    assert ATTENTION.flops(causal, (1, 2, 1, 100, 300)) == 4.0 * 2 * 100 * 300 * 128  # not halved: seq_q != seq_kv
+    # Q and O: 4*4096*32*128 elements each; K and V: 4*4096*8*128 each; 2 bytes apiece
+    assert ATTENTION.bytes(causal, (4, 32, 8, 4096, 4096)) == 2.0 * 4 * 4096 * 128 * (32 + 8 + 8 + 32)
