@@ -611,33 +611,26 @@ SOFTMAX = OpFamily(
     baselines=softmax_baselines,
 )
 
-RMSNORM = OpFamily(
-    name="rmsnorm",
-    flops=lambda inst, s: rmsnorm_flops(*s),
-    bytes=lambda inst, s: norm_bytes(inst, *s),
-    make_inputs=norm_inputs,
-    reference=norm_reference,
-    tolerance=_row_tolerance,
-    controls=norm_controls,
-    derived_shapes=row_derived_shapes,
-    out_shape=lambda inst, s: tuple(s),
-    launch=_norm_launch,
-    baselines=norm_baselines,
-)
+def _norm_family(name: str, flops) -> OpFamily:
+    """rmsnorm and layernorm differ only in name and FLOP count here; norm_* read inst.op for the rest."""
+    return OpFamily(
+        name=name,
+        flops=lambda inst, s: flops(*s),
+        bytes=lambda inst, s: norm_bytes(inst, *s),
+        make_inputs=norm_inputs,
+        reference=norm_reference,
+        tolerance=_row_tolerance,
+        controls=norm_controls,
+        derived_shapes=row_derived_shapes,
+        out_shape=lambda inst, s: tuple(s),
+        launch=_norm_launch,
+        baselines=norm_baselines,
+    )
 
-LAYERNORM = OpFamily(
-    name="layernorm",
-    flops=lambda inst, s: layernorm_flops(*s),
-    bytes=lambda inst, s: norm_bytes(inst, *s),
-    make_inputs=norm_inputs,
-    reference=norm_reference,
-    tolerance=_row_tolerance,
-    controls=norm_controls,
-    derived_shapes=row_derived_shapes,
-    out_shape=lambda inst, s: tuple(s),
-    launch=_norm_launch,
-    baselines=norm_baselines,
-)
+
+RMSNORM = _norm_family("rmsnorm", rmsnorm_flops)
+LAYERNORM = _norm_family("layernorm", layernorm_flops)
+
 
 def _attention_tolerance(inst, shape, run_target):
     from codegen.verify import attention_tolerance
