@@ -127,6 +127,25 @@ def test_causal_skips_the_blocks_above_the_diagonal(target):
 
 # ---- the checker, on the CPU ----------------------------------------------------------------------
 
+@pytest.mark.parametrize("name", sorted({n for n, _ in FILES}))
+def test_gfx942_program_lowers_for_the_sm90_logic_check(name):
+    # `tilegen verify` on the H200 also runs each gfx942 program (CUDA target) as a check of its logic;
+    # a 64-row query block over 256 threads lowered for HIP but not for CUDA (16 rows per warp of 32)
+    f = FILES[(name, "gfx942")]
+    shape = derived_shapes(f.instance)[0]
+    assert lower(f, shape, "sm_90").source
+
+
+def test_a_block_of_fewer_rows_than_the_sm90_warps_need_does_not_lower_for_cuda():
+    # the negative control of the test above: the old gfx942 tiling of the d128 seeds
+    text = edit(edit(BASE, "block_m: 128, block_n: 64", "block_m: 64, block_n: 32"), "targets: [sm_90]",
+                "targets: [gfx942]")
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    assert lower(f, (1, 2, 1, 128, 128), "gfx942").source
+    with pytest.raises(Exception, match="Layout infer conflict"):
+        lower(f, (1, 2, 1, 128, 128), "sm_90")
+
+
 
 def _check(inst, shape, out_fn, kind="normal", scale=None):
     fam = family(inst)
