@@ -18,6 +18,7 @@ from codegen.spec import (
     GemmSpec,
     GemmTuning,
     Layout,
+    NormVariant,
     RowSpecBase,
     SoftmaxSpec,
     SoftmaxVariant,
@@ -208,7 +209,7 @@ def row_lds_bytes(spec: RowSpecBase) -> int:
 
 
 def row_register_budget(hw: Hardware, threads: int) -> int:
-    """fp32 row elements one thread may hold (the online softmax keeps its row in registers):
+    """fp32 row elements one thread may hold (the online softmax and the registers norm keep the row there):
     half of what a thread gets when the workgroup's threads share one CU's register file,
     min(max_registers_per_thread, register_file_bytes_per_cu / 4 / threads) / 2; the other half is
     left for addresses, statistics and the compiler's temporaries."""
@@ -259,7 +260,7 @@ def row_tail_policy(c: RowContext) -> Iterator[Violation]:
 
 def row_registers(c: RowContext) -> Iterator[Violation]:
     spec = c.spec
-    if not isinstance(spec, SoftmaxSpec) or spec.variant != SoftmaxVariant.ONLINE:
+    if not spec.row_in_registers:
         return
     if spec.threads % c.hw.wave_lanes or spec.threads > c.hw.max_threads_per_workgroup:
         return  # wave_multiple reports the thread count
@@ -269,17 +270,21 @@ def row_registers(c: RowContext) -> Iterator[Violation]:
         held = -(-s.cols // chunk) * spec.vector
         if held > budget:
             yield Violation(rule="row_registers", path=("shapes", i, "cols"), value=s.cols,
-                            message=f"the online variant holds the row in registers: {held} fp32 per thread "
-                                    f"with {spec.threads} threads, over the budget of {budget} on {c.hw.target} "
-                                    "(more threads, or variant: two_pass)")
+                            message=f"the {spec.variant.value} variant holds the row in registers: {held} fp32 per "
+                                    f"thread with {spec.threads} threads, over the budget of {budget} on "
+                                    f"{c.hw.target} (more threads, or variant: {_streaming_variant(spec)})")
+
+
+def _streaming_variant(spec: RowSpecBase) -> str:
+    return SoftmaxVariant.TWO_PASS.value if isinstance(spec, SoftmaxSpec) else NormVariant.STREAMED.value
 
 
 def row_unroll(c: RowContext) -> Iterator[Violation]:
     spec = c.spec
-    if isinstance(spec, SoftmaxSpec) and spec.variant == SoftmaxVariant.ONLINE and spec.unroll != 1:
+    if spec.row_in_registers and spec.unroll != 1:
         yield Violation(rule="unroll_variant", path=("unroll",), value=spec.unroll,
-                        message="the online variant's column loop is always fully unrolled (its row lives in "
-                                "registers); unroll applies to two_pass")
+                        message=f"the {spec.variant.value} variant's column loop is always fully unrolled (its row "
+                                f"lives in registers); unroll applies to {_streaming_variant(spec)}")
 
 
 ROW_RULES: tuple[RowRule, ...] = (

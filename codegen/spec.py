@@ -184,6 +184,15 @@ class SoftmaxVariant(StrEnum):
     TWO_PASS = "two_pass"
 
 
+class NormVariant(StrEnum):
+    # no row buffer: the statistics passes and the normalise pass each read the row from global memory
+    # (the re-reads mostly hit L2); any row length
+    STREAMED = "streamed"
+    # the row is read once into registers (every load of the row issued up front), the statistics and
+    # the output come from registers (the row must fit the register budget: rule row_registers)
+    REGISTERS = "registers"
+
+
 Vector = Literal[1, 2, 4, 8]
 
 
@@ -200,17 +209,32 @@ class RowSpecBase(Model):
     verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
 
+    @property
+    def row_in_registers(self) -> bool:
+        """Whether the kernel holds the whole row in registers (register budget, always fully unrolled)."""
+        return False
+
 
 class SoftmaxSpec(RowSpecBase):
     op: Literal["softmax"]
     variant: SoftmaxVariant = SoftmaxVariant.TWO_PASS
 
+    @property
+    def row_in_registers(self) -> bool:
+        return self.variant == SoftmaxVariant.ONLINE
+
 
 class NormSpecBase(RowSpecBase):
     """rmsnorm / layernorm over the last dim, with a weight (and, for layernorm, a bias) of `cols`
-    elements in the input dtype. Statistics are streamed over global memory (no row buffer)."""
+    elements in the input dtype; the statistics streamed over global memory or taken from the row held
+    in registers (`variant`)."""
 
     eps: Annotated[StrictFloat, Field(gt=0)]  # added to the mean square / variance; no default: models differ
+    variant: NormVariant = NormVariant.STREAMED
+
+    @property
+    def row_in_registers(self) -> bool:
+        return self.variant == NormVariant.REGISTERS
 
 
 class RmsNormSpec(NormSpecBase):
