@@ -44,8 +44,8 @@ def _run(cmd: list[str]) -> str:
 
 
 def _git_commit() -> str:
-    out = _run(["git", "rev-parse", "HEAD"]).strip()
-    return out or os.environ.get("TILEGEN_GIT_COMMIT", "unknown")
+    """TILEGEN_GIT_COMMIT when set (a copy of the tree run elsewhere may carry a stale .git), else git's HEAD."""
+    return os.environ.get("TILEGEN_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"]).strip() or "unknown"
 
 
 def device_slug(name: str) -> str:
