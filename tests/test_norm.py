@@ -70,8 +70,23 @@ def test_eps(old, new, message):
 
 
 def test_unknown_key():
+    assert errors(edit(BASE, "  vector: 8\n", "  vector: 8\n  pipeline: {stages: 2}\n")) == [
+        "specs/x.yaml:9:3: pipeline: unknown key [unknown_key]"]
+
+
+def test_variant_errors():
     assert errors(edit(BASE, "  vector: 8\n", "  vector: 8\n  variant: online\n")) == [
-        "specs/x.yaml:9:3: variant: unknown key [unknown_key]"]
+        "specs/x.yaml:9:12: variant='online': Input should be 'streamed' or 'registers' [enum]"]
+    assert errors(edit(BASE, "  vector: 8\n", "  vector: 8\n  variant: registers\n  unroll: 2\n")) == [
+        "specs/x.yaml:10:11: unroll=2: the registers variant's column loop is always fully unrolled (its row "
+        "lives in registers); unroll applies to streamed [unroll_variant]"]
+    # 65536 columns over 256 threads: 256 fp32 per thread, over either target's budget
+    held = edit(edit(LAYER, "  vector: 8\n", "  vector: 8\n  variant: registers\n"), "cols: 4096", "cols: 65536")
+    assert errors(held) == [
+        f"specs/x.yaml:6:24: shapes[0].cols=65536: the registers variant holds the row in registers: 256 fp32 per "
+        f"thread with 256 threads, over the budget of {budget} on {target} (more threads, or variant: streamed) "
+        "[row_registers]" for target, budget in (("gfx942", 128), ("sm_90", 127))]
+    assert build_instances(parse_specs(edit(held, "  variant: registers\n", ""), FILE))  # streamed: any length
 
 
 def test_a_ragged_row_needs_a_tail_policy():
@@ -99,29 +114,52 @@ FILES = {(f.instance.name, f.instance.target.value): f for f in Project().render
          if f.instance.op in ("rmsnorm", "layernorm")}
 
 
+def _lowered(text: str, target: str, shape: tuple[int, int]) -> str:
+    f = next(f for f in render_all(build_instances(parse_specs(text, FILE))) if f.instance.target.value == target)
+    return lower(f, shape, f.instance.target).source
+
+
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])
-def test_rmsnorm_reads_the_row_twice_layernorm_three_times(target):
-    rms, layer = FILES[("rmsnorm_fp16", target)], FILES[("layernorm_fp16", target)]
-    shape = (4, 4096)
-    src_rms = lower(rms, shape, rms.instance.target).source
-    src_layer = lower(layer, shape, layer.instance.target).source
+def test_streamed_reads_the_row_per_pass_registers_once(target):
+    # 8192 columns = 4 chunks of 2048. streamed: one (rolled) load of X per pass -- rmsnorm 2 passes,
+    # layernorm 3; registers: one unrolled load per chunk, all of them before the first reduction
     loads = re.compile(r"\(X \+ ")  # 16-byte vector loads of X
-    assert len(loads.findall(src_rms)) == 2 * rms.instance.unroll
-    assert len(loads.findall(src_layer)) == 3 * layer.instance.unroll
-    assert "(B + " in src_layer and "(B + " not in src_rms  # the bias is read by layernorm only
-    assert src_rms.count("warp_reduce_sum") == 1 and src_layer.count("warp_reduce_sum") == 2
+    shape = (4, 8192)
+    for text, passes in ((BASE, 2), (LAYER, 3)):
+        streamed = _lowered(text, target, shape)
+        held = _lowered(edit(text, "  vector: 8\n", "  vector: 8\n  variant: registers\n"), target, shape)
+        assert len(loads.findall(streamed)) == passes
+        assert len(loads.findall(held)) == 4
+        first_reduce = held.index("warp_reduce_sum")
+        assert len(loads.findall(held[:first_reduce])) == 4, "a load of X after the statistics started"
+        assert held.count("warp_reduce_sum") == streamed.count("warp_reduce_sum") == passes - 1
+        assert ("(B + " in held) == (text is LAYER)  # the bias is read by layernorm only
 
 
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])
 def test_only_the_ragged_chunk_is_bounds_checked(target):
     # specialized: the checks compare the ragged chunk's column with the 5 columns left over (8 of them:
-    # two per guarded load -- sum of squares, X, W -- and two for the store); predicated: every chunk's
-    # column c*CHUNK + ... is compared with N, inside the chunk loops
-    spec, pred = FILES[("rmsnorm_fp16_ragged", target)], FILES[("layernorm_bf16_ragged", target)]
+    # two per guarded load -- sum of squares, X, W -- and two for the store); predicated, streamed: every
+    # chunk's column c*CHUNK + ... is compared with N, inside the chunk loops
+    spec = FILES[("rmsnorm_fp16_ragged", target)]
+    pred = next(f for f in render_all(build_instances(parse_specs(edit(LAYER, "tail: none", "tail: predicated"), FILE)))
+                if f.instance.target.value == target)
     for f, remainder, whole in ((spec, 8, 0), (pred, 0, 12)):
         n = 3 * f.instance.chunk + 5
         src = lower(f, (2, n), f.instance.target).source
         assert (src.count("< 5)"), src.count(f"< {n})")) == (remainder, whole), f.uri
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_predicated_registers_is_checked_on_the_ragged_chunk_only(target):
+    # the registers variant's loops are unrolled, so each chunk index is a constant and the compiler
+    # proves the whole chunks in range: `predicated` lowers to what `specialized` is (the sweep timed
+    # them equal); the streamed loops keep a check per chunk (test above)
+    f = FILES[("layernorm_bf16_ragged", target)]
+    assert (f.instance.tail, f.instance.variant) == ("predicated", "registers")
+    n = 3 * f.instance.chunk + 5
+    src = lower(f, (2, n), f.instance.target).source
+    assert src.count(f"< {n})") == 0 and src.count("< 5)") >= 8
 
 
 # ---- the checker, on the CPU ----------------------------------------------------------------------
