@@ -78,8 +78,8 @@ def test_variant_errors():
     assert errors(edit(BASE, "  vector: 8\n", "  vector: 8\n  variant: online\n")) == [
         "specs/x.yaml:9:12: variant='online': Input should be 'streamed' or 'registers' [enum]"]
     assert errors(edit(BASE, "  vector: 8\n", "  vector: 8\n  variant: registers\n  unroll: 2\n")) == [
-        "specs/x.yaml:10:11: unroll=2: the registers variant's column loop is always fully unrolled (its row "
-        "lives in registers); unroll applies to streamed [unroll_variant]"]
+        ("specs/x.yaml:10:11: unroll=2: the registers variant's column loop is always fully unrolled (its row "
+        "lives in registers); unroll applies to streamed [unroll_variant]")]
     # 65536 columns over 256 threads: 256 fp32 per thread, over either target's budget
     held = edit(edit(LAYER, "  vector: 8\n", "  vector: 8\n  variant: registers\n"), "cols: 4096", "cols: 65536")
     assert errors(held) == [
