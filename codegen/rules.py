@@ -78,15 +78,18 @@ def dtype_supported(c: GemmContext) -> Iterator[Violation]:
                         message=f"fp8 matrix cores on {c.hw.target} need K-major operands: use layout nt")
 
 
-def wave_multiple(c: GemmContext) -> Iterator[Violation]:
-    threads = c.tuning.tiling.threads
-    hw = c.hw
+def threads_violations(threads: int, hw: Hardware, path: FieldPath) -> Iterator[Violation]:
+    """Rule wave_multiple, for every family: whole waves/warps, within the workgroup limit."""
     if threads % hw.wave_lanes or threads < hw.min_threads:
-        yield Violation(rule="wave_multiple", path=c.at("tiling", "threads"), value=threads,
+        yield Violation(rule="wave_multiple", path=path, value=threads,
                         message=f"must be a multiple of the {hw.wave_lanes}-lane {hw.wave_word} on {hw.target}")
     elif threads > hw.max_threads_per_workgroup:
-        yield Violation(rule="wave_multiple", path=c.at("tiling", "threads"), value=threads,
+        yield Violation(rule="wave_multiple", path=path, value=threads,
                         message=f"exceeds {hw.max_threads_per_workgroup} threads per workgroup on {hw.target}")
+
+
+def wave_multiple(c: GemmContext) -> Iterator[Violation]:
+    yield from threads_violations(c.tuning.tiling.threads, c.hw, c.at("tiling", "threads"))
 
 
 def mma_shape(c: GemmContext) -> Iterator[Violation]:
@@ -230,13 +233,7 @@ def row_dtype_supported(c: RowContext) -> Iterator[Violation]:
 
 
 def row_wave_multiple(c: RowContext) -> Iterator[Violation]:
-    threads, hw = c.spec.threads, c.hw
-    if threads % hw.wave_lanes or threads < hw.min_threads:
-        yield Violation(rule="wave_multiple", path=("threads",), value=threads,
-                        message=f"must be a multiple of the {hw.wave_lanes}-lane {hw.wave_word} on {hw.target}")
-    elif threads > hw.max_threads_per_workgroup:
-        yield Violation(rule="wave_multiple", path=("threads",), value=threads,
-                        message=f"exceeds {hw.max_threads_per_workgroup} threads per workgroup on {hw.target}")
+    yield from threads_violations(c.spec.threads, c.hw, ("threads",))
 
 
 def row_vector_width(c: RowContext) -> Iterator[Violation]:
@@ -357,13 +354,7 @@ def attn_gqa_heads(c: AttentionContext) -> Iterator[Violation]:
 
 
 def attn_wave_multiple(c: AttentionContext) -> Iterator[Violation]:
-    threads, hw = c.tuning.tiling.threads, c.hw
-    if threads % hw.wave_lanes or threads < hw.min_threads:
-        yield Violation(rule="wave_multiple", path=c.at("tiling", "threads"), value=threads,
-                        message=f"must be a multiple of the {hw.wave_lanes}-lane {hw.wave_word} on {hw.target}")
-    elif threads > hw.max_threads_per_workgroup:
-        yield Violation(rule="wave_multiple", path=c.at("tiling", "threads"), value=threads,
-                        message=f"exceeds {hw.max_threads_per_workgroup} threads per workgroup on {hw.target}")
+    yield from threads_violations(c.tuning.tiling.threads, c.hw, c.at("tiling", "threads"))
 
 
 def attn_mma_shape(c: AttentionContext) -> Iterator[Violation]:

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
+from spectext import FILE, edit, errors
 
-from codegen.errors import SpecErrors
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.lower import lower
@@ -20,7 +20,6 @@ from codegen.pipeline import Project
 from codegen.render import render_all
 from codegen.verify import judge
 
-FILE = "specs/x.yaml"
 BASE = """\
 - name: n
   op: rmsnorm
@@ -36,17 +35,6 @@ BASE = """\
 LAYER = BASE.replace("op: rmsnorm", "op: layernorm")
 
 
-def edit(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
-    return text.replace(old, new)
-
-
-def errors(text: str) -> list[str]:
-    try:
-        build_instances(parse_specs(text, FILE))
-    except SpecErrors as exc:
-        return [str(e) for e in exc.errors]
-    raise AssertionError("the spec validated, but an error was expected")
 
 
 @pytest.mark.parametrize("text", [BASE, LAYER], ids=["rmsnorm", "layernorm"])

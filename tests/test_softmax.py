@@ -8,8 +8,8 @@ import re
 
 import pytest
 import torch
+from spectext import FILE, edit, errors
 
-from codegen.errors import SpecErrors
 from codegen.hardware import GFX942, SM_90
 from codegen.instance import build_instances
 from codegen.load import parse_specs
@@ -20,7 +20,6 @@ from codegen.render import render_all
 from codegen.rules import row_register_budget
 from codegen.verify import judge
 
-FILE = "specs/x.yaml"
 BASE = """\
 - name: s
   op: softmax
@@ -35,17 +34,6 @@ BASE = """\
 """
 
 
-def edit(text: str, old: str, new: str) -> str:
-    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
-    return text.replace(old, new)
-
-
-def errors(text: str) -> list[str]:
-    try:
-        build_instances(parse_specs(text, FILE))
-    except SpecErrors as exc:
-        return [str(e) for e in exc.errors]
-    raise AssertionError("the spec validated, but an error was expected")
 
 
 def test_base_spec_is_valid():

@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from spectext import FILE, edit, errors
 
-from codegen.errors import SpecError, SpecErrors
+from codegen.errors import SpecErrors
 from codegen.instance import build_instances
 from codegen.load import load_spec_files, parse_specs
-
-FILE = "specs/x.yaml"
 
 # Line numbers in the expected messages refer to this text (block style keeps the columns short).
 BASE = """\
@@ -37,24 +36,6 @@ BASE = """\
 """
 
 
-def edit(text: str, old: str, new: str) -> str:
-    """`text` with the one occurrence of `old` replaced, so a typo in a test cannot pass silently."""
-    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
-    return text.replace(old, new)
-
-
-def errors(text: str, file: str = FILE) -> list[str]:
-    """The error lines of validating `text` for every target it names; fails if it is valid."""
-    try:
-        build_instances(parse_specs(text, file))
-    except SpecErrors as exc:
-        lines = [str(e) for e in exc.errors]
-    except SpecError as exc:
-        lines = [str(exc)]
-    else:
-        raise AssertionError("the spec validated, but an error was expected")
-    assert all("\n" not in line for line in lines)
-    return lines
 
 
 def test_base_spec_is_valid():
