@@ -59,6 +59,7 @@ from codegen.resources import (
     parse_gfx942_asm,
     parse_ptx,
     parse_ptxas,
+    sm90_occupancy,
 )
 from codegen.toolchain import CudaToolchain, Gfx942Toolchain, Toolchain, find_tilelang, find_toolchain
 
@@ -136,6 +137,9 @@ class Sm90Kernel:
     ptxas: PtxasKernel
     ptx: PtxKernel
     launch: Launch
+    blocks_per_sm: int  # resident blocks of one SM (codegen.resources.sm90_occupancy)
+    warps_per_sm: int
+    occupancy_limiter: str
 
     @property
     def symbol(self) -> str:
@@ -157,6 +161,8 @@ class Sm90Kernel:
             "spill_store_bytes": p.spill_store_bytes, "spill_load_bytes": p.spill_load_bytes,
             "smem_static_bytes": p.smem_static_bytes, "smem_dynamic_bytes": self.launch.dynamic_lds_bytes,
             "smem_dynamic_source": self.launch.source, "smem_bytes": self.smem_bytes,
+            "blocks_per_sm": self.blocks_per_sm, "warps_per_sm": self.warps_per_sm,
+            "occupancy_limiter": self.occupancy_limiter,
             "wgmma": x.wgmma, "tma": x.tma, "mma_sync": x.mma_sync, "setmaxnreg": x.setmaxnreg,
         }
 
@@ -205,6 +211,7 @@ class BuildResult:
         return {
             "kernels": len(ks), "registers": max(k.ptxas.registers for k in ks),
             "spill_bytes": sum(k.spills for k in ks), "smem_bytes": max(k.smem_bytes for k in ks),
+            "warps_per_sm": min(k.warps_per_sm for k in ks),
             "wgmma": sum(k.ptx.wgmma for k in ks), "tma": sum(k.ptx.tma for k in ks),
             "mma_sync": sum(k.ptx.mma_sync for k in ks),
         }
@@ -473,7 +480,13 @@ def read_entry(entry: Path, inst: KernelInstance) -> tuple[Kernel, ...]:
         if not ptxas or set(ptx) != {k.symbol for k in ptxas}:
             raise ReportParseError(f"ptxas reported {sorted(k.symbol for k in ptxas)}, the PTX holds {sorted(ptx)}")
         launches = _launches(entry, inst, [k.symbol for k in ptxas], {k.symbol: inst.threads for k in ptxas})
-        kernels = [Sm90Kernel(ptxas=k, ptx=ptx[k.symbol], launch=launches[k.symbol]) for k in ptxas]
+        kernels = []
+        for k in ptxas:
+            launch = launches[k.symbol]
+            blocks, warps, limiter = sm90_occupancy(registers=k.registers, threads=launch.threads,
+                                                    smem_bytes=k.smem_static_bytes + launch.dynamic_lds_bytes)
+            kernels.append(Sm90Kernel(ptxas=k, ptx=ptx[k.symbol], launch=launch, blocks_per_sm=blocks,
+                                      warps_per_sm=warps, occupancy_limiter=limiter))
     return tuple(sorted(kernels, key=lambda k: _symbol_order(k.symbol)))
 
 
@@ -641,7 +654,8 @@ def _cells(r: BuildResult) -> tuple[str, str, str, str, str]:
         return (f"{s['total_vgprs']}v ({s['vgprs']}+{s['agprs']}a) {s['sgprs']}s", _bytes(s["lds_bytes"]),
                 f"{s['waves_per_simd']} w/SIMD", str(s["spills"]), mma)
     mma = [f"{s[k]} {k}" for k in ("wgmma", "tma", "mma_sync") if s[k]]
-    return (str(s["registers"]), _bytes(s["smem_bytes"]), "-", f"{s['spill_bytes']} B" if s["spill_bytes"] else "0",
+    return (str(s["registers"]), _bytes(s["smem_bytes"]), f"{s['warps_per_sm']} warps/SM",
+            f"{s['spill_bytes']} B" if s["spill_bytes"] else "0",
             ", ".join(mma) or "none")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import yaml
 
 from codegen.errors import TilegenError
-from codegen.hardware import GFX942
+from codegen.hardware import GFX942, SM_90
 
 
 class ReportParseError(TilegenError):
@@ -118,6 +118,34 @@ def gfx942_waves_per_simd(*, occupancy_regs: int, threads: int, lds_bytes: int, 
 
 
 # ---- sm_90 --------------------------------------------------------------------------------------
+
+# SM limits of compute capability 9.0 the occupancy model needs (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability", and the occupancy calculator's allocation units).
+SM90_MAX_WARPS_PER_SM = 64
+SM90_MAX_BLOCKS_PER_SM = 32
+SM90_REGISTERS_PER_SM = SM_90.register_file_bytes_per_cu // 4  # 65536 x 32-bit, from the hardware table
+SM90_REGISTER_ALLOC_UNIT = 256  # registers are given to a warp in units of 256
+SM90_SMEM_BYTES_PER_SM = SM_90.lds_bytes_per_cu  # 228 KiB
+SM90_SMEM_RESERVED_PER_BLOCK = 1024  # the runtime keeps 1 KiB of each block's shared memory
+SM90_SMEM_ALLOC_UNIT = 128
+
+
+def sm90_occupancy(*, registers: int, threads: int, smem_bytes: int) -> tuple[int, int, str]:
+    """(resident blocks per SM, resident warps per SM, what limits them: warps | blocks | registers |
+    shared memory) for a kernel using `registers` per thread and `smem_bytes` of shared memory per block."""
+    warps = -(-threads // SM_90.wave_lanes)
+    regs_per_warp = -(-max(registers, 1) * SM_90.wave_lanes // SM90_REGISTER_ALLOC_UNIT) * SM90_REGISTER_ALLOC_UNIT
+    smem = -(-smem_bytes // SM90_SMEM_ALLOC_UNIT) * SM90_SMEM_ALLOC_UNIT + SM90_SMEM_RESERVED_PER_BLOCK
+    limits = {
+        "warps": SM90_MAX_WARPS_PER_SM // warps,
+        "blocks": SM90_MAX_BLOCKS_PER_SM,
+        "registers": SM90_REGISTERS_PER_SM // (regs_per_warp * warps),
+        "shared memory": SM90_SMEM_BYTES_PER_SM // smem,
+    }
+    limiter = min(limits, key=lambda k: limits[k])  # the first of equals, in the order above
+    blocks = limits[limiter]
+    return blocks, blocks * warps, limiter
+
 
 @dataclass(frozen=True, kw_only=True)
 class PtxasKernel:

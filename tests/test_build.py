@@ -29,7 +29,7 @@ from codegen.doctor import run_doctor
 from codegen.errors import TilegenError
 from codegen.hardware import Target
 from codegen.pipeline import Project
-from codegen.resources import gfx942_waves_per_simd, parse_gfx942_asm, parse_ptx, parse_ptxas
+from codegen.resources import gfx942_waves_per_simd, parse_gfx942_asm, parse_ptx, parse_ptxas, sm90_occupancy
 from codegen.toolchain import FETCH_GFX942, ToolchainMissing, find_cuda, find_gfx942
 
 DATA = Path(__file__).parent / "data"
@@ -110,6 +110,19 @@ def test_ptxas_report_with_spills_and_no_smem():
     (k,) = parse_ptxas(text)
     assert (k.registers, k.barriers, k.smem_static_bytes) == (255, 0, 0)
     assert (k.stack_frame_bytes, k.spill_store_bytes, k.spill_load_bytes) == (40, 24, 32)
+
+
+@pytest.mark.parametrize(("regs", "threads", "smem", "expected"), [
+    (32, 256, 0, (8, 64, "warps")),  # 8 warps a block: 64 warps fill the SM
+    (32, 64, 0, (32, 64, "warps")),  # 2 warps a block: warps and the 32-block cap meet
+    (32, 32, 0, (32, 32, "blocks")),  # 1 warp a block: the 32-block cap
+    (168, 384, 1024, (1, 12, "registers")),  # 168 -> 5376 a warp (units of 256), x 12 warps: 64512 of 65536
+    (128, 256, 0, (2, 16, "registers")),  # 4096 a warp x 8 = 32768: two blocks
+    (40, 256, 100 * 1024, (2, 16, "shared memory")),  # 100 KiB + 1 KiB reserved: two fit in 228 KiB
+    (40, 256, 161 * 1024 + 1, (1, 8, "shared memory")),  # rounded up to 128 B, plus 1 KiB: one
+])
+def test_sm90_occupancy(regs, threads, smem, expected):
+    assert sm90_occupancy(registers=regs, threads=threads, smem_bytes=smem) == expected
 
 
 def test_ptx_report_counts_wgmma_and_tma_per_entry():
