@@ -545,11 +545,21 @@ def build(project: Project, opts: BuildOptions, *, on_plan: Callable[[int, int],
     """Build the selected instances; one failure does not stop the others. Raises TilegenError only
     for what stops every build (a bad selection, a missing toolchain)."""
     t_start = time.perf_counter()
-    root = project.root
     if opts.write_report and (not opts.all_ or opts.first_shape):
         raise TilegenError("--write-report rewrites the committed reports of every instance and shape: "
                            "use it with --all and without --first-shape")
     files = project.select(list(opts.names), all_=opts.all_, targets=list(opts.targets) if opts.targets else None)
+    report = build_files(files, project.root, opts, on_plan=on_plan, on_result=on_result)
+    written = write_reports(project.root, report) if opts.write_report else ()
+    return replace(report, written=written, wall_s=time.perf_counter() - t_start)
+
+
+def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
+                on_plan: Callable[[int, int], None] | None = None,
+                on_result: Callable[[BuildResult], None] | None = None) -> BuildReport:
+    """Build rendered files (the project's, or specs written in memory by a sweep) with the toolchains
+    found from `root`; `opts` gives the cache, the jobs, the gfx942 toolchain and first_shape."""
+    t_start = time.perf_counter()
     targets = sorted({f.instance.target for f in files})
     toolchains = {t: find_toolchain(t, root, gfx942_env=opts.gfx942_env) for t in targets}
     cache = BuildCache(opts.cache_dir or root / ".cache" / "build")
@@ -577,10 +587,8 @@ def build(project: Project, opts: BuildOptions, *, on_plan: Callable[[int, int],
     n_jobs = max(1, opts.jobs or default_jobs())
     if misses:
         _run_pool(misses, n_jobs, cache, root, done)
-    report = BuildReport(results=tuple(results[j.key] for j in jobs), toolchains=_describe(toolchains),
-                         wall_s=0.0, jobs=n_jobs)
-    written = write_reports(root, report) if opts.write_report else ()
-    return replace(report, written=written, wall_s=time.perf_counter() - t_start)
+    return BuildReport(results=tuple(results[j.key] for j in jobs), toolchains=_describe(toolchains),
+                       wall_s=time.perf_counter() - t_start, jobs=n_jobs)
 
 
 def _describe(toolchains: dict[Target, Toolchain]) -> dict[Target, dict[str, str]]:
