@@ -11,15 +11,7 @@ from pathlib import PurePosixPath
 from codegen.errors import SpecError, SpecErrors
 from codegen.hardware import HARDWARE, Target
 from codegen.load import LoadedSpec, format_path
-from codegen.rules import (
-    REDUCE_GROUP_LANES,
-    attention_lds_bytes,
-    attention_separate_tail_tiles,
-    check,
-    lds_bytes,
-    row_chunk,
-    row_lds_bytes,
-)
+from codegen.rules import REDUCE_GROUP_LANES, attention_lds_bytes, check, lds_bytes, row_chunk, row_lds_bytes
 from codegen.spec import AttentionSpec, GemmSpec, LayerNormSpec, SoftmaxSpec, WarpPolicy
 
 TEMPLATE_DIR = PurePosixPath("templates")
@@ -306,33 +298,17 @@ class AttentionInstance(_Identity):
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
     uses_rocm_gemm: bool  # tilelang.rocm.language.gemm (gfx942) instead of T.gemm
-    separate_tail_tiles: bool  # specialized: the masked loop's own K/V tiles (rules.attention_separate_tail_tiles)
 
     def template_vars(self) -> dict[str, object]:
-        # the pipelined KV loop covers every block (none, predicated) or the blocks that need no mask
-        # (specialized: the masked ones follow in a plain loop)
-        def loop(extent: str) -> str:
-            if self.pipeline_order is not None:
-                return f"T.Pipelined({extent}, order={list(self.pipeline_order)}, stage={list(self.pipeline_stage)})"
-            if self.stages >= 2:
-                return f"T.Pipelined({extent}, num_stages={self.stages})"
-            return f"T.serial({extent})"
-
-        if self.tail == "specialized":
-            main_mask = "none"
-        elif self.causal:
-            main_mask = "causal"
+        if self.pipeline_order is not None:
+            loop = f"T.Pipelined(kv_blocks, order={list(self.pipeline_order)}, stage={list(self.pipeline_stage)})"
+        elif self.stages >= 2:
+            loop = f"T.Pipelined(kv_blocks, num_stages={self.stages})"
         else:
-            main_mask = "kv_if_ragged" if self.tail == "predicated" else "none"
+            loop = "T.serial(kv_blocks)"
         return {
             "target_literal": repr(dict(self.tilelang_target)),
-            "kv_loop": loop("kv_free" if self.tail == "specialized" else "kv_blocks"),
-            # the masked blocks: the same explicit schedule where they share the pipelined loop's tiles
-            # (gfx942), else a plain loop
-            "kv_masked_loop": loop("kv_blocks - kv_free") if self.pipeline_order else "T.serial(kv_blocks - kv_free)",
-            "tail_k": "K_tail" if self.separate_tail_tiles else "K_shared",
-            "tail_v": "V_tail" if self.separate_tail_tiles else "V_shared",
-            "main_mask": main_mask,
+            "kv_loop": loop,
             "gemm_fn": "rocm_gemm" if self.uses_rocm_gemm else "T.gemm",
             "scale_literal": repr(self.softmax_scale),
             "scale_log2_literal": repr(self.softmax_scale * LOG2E),
@@ -440,7 +416,6 @@ def attention_instance(loaded: LoadedSpec, target: Target) -> AttentionInstance:
         allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=attention_lds_bytes(spec, tuning, hw),
         tilelang_target=tuple(sorted(hw.tilelang_target.items())), uses_rocm_gemm=hw.has_k_pack,
-        separate_tail_tiles=attention_separate_tail_tiles(spec, tuning, hw),
     )
 
 

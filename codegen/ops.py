@@ -381,14 +381,12 @@ def attention_bytes(inst, shape) -> float:
 def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
     """Small edge shapes on top of the spec's, all batch 1 with 2 query heads on 1 K/V head (GQA):
     with no tail policy, one block and a few blocks (seq_q != seq_kv where the mask allows it);
-    predicated, a single token, and one past / one short of a block multiple; specialized, also several
-    unmasked KV blocks before a ragged one (and, causal, query blocks with 0, 1 and 2 unmasked blocks)."""
+    predicated, a single token, and one past / one short of a block multiple."""
     bm, bn = inst.block_m, inst.block_n
     one = math.lcm(bm, bn)
     if inst.tail == "none":
         return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 2 * one if inst.causal else 3 * one)]
-    ragged = [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1)]
-    return ragged + [(1, 2, 1, 2 * one + 1, 3 * one - 1)] if inst.tail == "specialized" else ragged
+    return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1)]
 
 
 @dataclass(frozen=True, kw_only=True)

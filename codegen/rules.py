@@ -314,22 +314,12 @@ class AttentionContext:
 ATTENTION_REDUCE_WORKSPACES = 2
 
 
-def attention_separate_tail_tiles(spec: AttentionSpec, tuning: AttentionTuning, hw: Hardware) -> bool:
-    """tail specialized: whether the masked KV loop after the pipelined one needs its own K/V tiles.
-    TileLang's num_stages pipeline (sm_90: TMA + mbarriers) versions the pipelined loop's buffers per
-    stage and no other loop may touch them; the explicit gfx942 schedule and 1-stage loops share them."""
-    return (spec.tail == TailPolicy.SPECIALIZED and tuning.pipeline.stages >= 2
-            and not hw.needs_explicit_pipeline)
-
-
 def attention_lds_bytes(spec: AttentionSpec, tuning: AttentionTuning, hw: Hardware) -> int:
     """Shared-memory bytes of one attention workgroup: the Q tile once, the K and V tiles once per
-    pipeline buffer (and once more for a specialized tail's own tiles), and on AMD the two reductions'
-    workspaces. Nothing else is allocated in shared memory (S, P, O, max and sum are fragments; O is
-    stored straight from registers)."""
+    pipeline buffer, and on AMD the two reductions' workspaces. Nothing else is allocated in shared
+    memory (S, P, O, max and sum are fragments; O is stored straight from registers)."""
     t, d, nbytes = tuning.tiling, spec.head_dim, DTYPE_BYTES[spec.dtypes.input]
-    kv_buffers = max(1, tuning.pipeline.stages) + attention_separate_tail_tiles(spec, tuning, hw)
-    tiles = (t.block_m * d + 2 * t.block_n * d * kv_buffers) * nbytes
+    tiles = (t.block_m * d + 2 * t.block_n * d * max(1, tuning.pipeline.stages)) * nbytes
     workspace = ATTENTION_REDUCE_WORKSPACES * t.threads * 4 if hw.vendor == "amd" else 0
     return tiles + workspace
 
@@ -390,18 +380,18 @@ def attn_lds_budget(c: AttentionContext) -> Iterator[Violation]:
     need, have = attention_lds_bytes(c.spec, c.tuning, c.hw), c.hw.lds_bytes_per_workgroup
     if need > have:
         t, stages = c.tuning.tiling, max(1, c.tuning.pipeline.stages)
-        own = attention_separate_tail_tiles(c.spec, c.tuning, c.hw)
-        tail_tiles = " + the specialized tail loop's own K + V" if own else ""
         yield Violation(
             rule="lds_budget", path=c.at("tiling"), value=None,
             message=f"Q {t.block_m}x{c.spec.head_dim} + (K + V) {t.block_n}x{c.spec.head_dim} x {stages} stage(s)"
-                    f"{tail_tiles}"
                     f"{' + reduction workspaces' if c.hw.vendor == 'amd' else ''} "
                     f"need {need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
                     f"per workgroup on {c.hw.target}")
 
 
 def attn_tail_policy(c: AttentionContext) -> Iterator[Violation]:
+    if c.spec.tail == TailPolicy.SPECIALIZED:
+        yield Violation(rule="tail_policy", path=("tail",), value=c.spec.tail.value,
+                        message="attention has no specialized edge kernels: use none or predicated")
     if c.spec.tail != TailPolicy.NONE:
         return
     t = c.tuning.tiling
@@ -411,7 +401,7 @@ def attn_tail_policy(c: AttentionContext) -> Iterator[Violation]:
         ragged = [f"{d}={v} is not a multiple of {b}={bv}" for d, v, b, bv in dims if v % bv]
         if ragged:
             yield Violation(rule="tail_policy", path=("shapes", i), value=None,
-                            message=f"{', '.join(ragged)}{where}: set tail: predicated or specialized")
+                            message=f"{', '.join(ragged)}{where}: set tail: predicated")
 
 
 ATTENTION_RULES: tuple[AttentionRule, ...] = (

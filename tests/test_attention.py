@@ -59,30 +59,15 @@ def test_gfx942_gets_an_explicit_schedule():
      ("specs/x.yaml:5:38: shapes[0].kv_heads=3: must divide heads=8 (each K/V head serves heads/kv_heads query heads) "
      "[gqa_heads]")),
     ("seq_kv: 512", "seq_kv: 500",
-     ("specs/x.yaml:5:7: shapes[0]: seq_kv=500 is not a multiple of block_n=64: set tail: predicated or "
-      "specialized [tail_policy]")),
+     "specs/x.yaml:5:7: shapes[0]: seq_kv=500 is not a multiple of block_n=64: set tail: predicated [tail_policy]"),
+    ("tail: none", "tail: specialized",
+     ("specs/x.yaml:9:9: tail=specialized: attention has no specialized edge kernels: use none or predicated "
+     "[tail_policy]")),
     ("head_dim: 128", "head_dim: 128\n  softmax_scale: -1.0",
      "specs/x.yaml:7:18: softmax_scale=-1.0: Input should be greater than 0 [greater_than]"),
 ])
 def test_spec_errors(old, new, message):
     assert errors(edit(BASE, old, new)) == [message]
-
-
-def test_specialized_tail_tiles_count_against_shared_memory_on_sm90():
-    # sm_90's num_stages pipeline versions its K/V tiles: the masked tail loop gets its own pair
-    big = edit(BASE, "block_m: 128, block_n: 64", "block_m: 256, block_n: 128")
-    (inst,) = build_instances(parse_specs(big, FILE))
-    assert inst.lds_bytes == (256 * 128 + 2 * 128 * 128 * 2) * 2 and not inst.separate_tail_tiles
-    assert errors(edit(big, "tail: none", "tail: specialized")) == [
-        ("specs/x.yaml:7:11: tiling: Q 256x128 + (K + V) 128x128 x 2 stage(s) + the specialized tail loop's own "
-         "K + V need 262144 B (256 KiB) of shared memory, over the 232448 B (227 KiB) per workgroup on sm_90 "
-         "[lds_budget]")]
-    (spec,) = build_instances(parse_specs(edit(BASE, "tail: none", "tail: specialized"), FILE))
-    assert spec.separate_tail_tiles and spec.lds_bytes == (128 * 128 + 2 * 64 * 128 * 3) * 2
-    # gfx942's explicit schedule and 1-stage loops share the pipelined loop's tiles
-    amd = edit(edit(BASE, "tail: none", "tail: specialized"), "targets: [sm_90]", "targets: [gfx942]")
-    (g,) = build_instances(parse_specs(edit(amd, "block_n: 64", "block_n: 16"), FILE))
-    assert not g.separate_tail_tiles
 
 
 def test_lds_overflow_on_gfx942():
@@ -129,33 +114,6 @@ def test_causal_skips_the_blocks_above_the_diagonal(target):
 
 
 # ---- the checker, on the CPU ----------------------------------------------------------------------
-
-INF = {"gfx942": "HUGE_VALF", "sm_90": "CUDART_INF_F"}  # how -inf is spelled in the device source
-
-
-@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
-def test_specialized_masks_outside_the_pipelined_loop_only(target):
-    f = FILES[("attn_fp16_ragged_spec", target)]
-    main = f.text.split("for kb in T.Pipelined(kv_free")[1].split("for kb_masked in")[0]  # 2 stages on both
-    assert "if_then_else" not in main and "T.clear(S)" in main  # the whole blocks: no mask at all
-    assert "kb * BLOCK_N + j < seq_kv" in f.text.split("for kb_masked in")[1]
-    # in device code: a block-multiple seq_kv leaves the masked loop empty, so no -inf beyond the
-    # running max's initial value; a ragged one adds the masked block's
-    bm = f.instance.block_m
-    even = lower(f, (1, 2, 1, 2 * bm, 2 * bm), target).source.count(INF[target])
-    ragged = lower(f, (1, 2, 1, 2 * bm, 2 * bm - 1), target).source.count(INF[target])
-    predicated = lower(FILES[("attn_fp16_ragged", target)], (1, 2, 1, 2 * bm, 2 * bm), target).source
-    assert ragged > even == predicated.count(INF[target])
-
-
-@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
-def test_causal_specialized_masks_the_diagonal_blocks_only(target):
-    f = FILES[("attn_fp16_d128_causal_spec", target)]
-    assert "kv_free = T.min(seq_kv // BLOCK_N, (bx * BLOCK_M + 1) // BLOCK_N)" in f.text
-    loops = f.text.split("for kb_masked in")
-    assert "if_then_else" not in loops[0].split("kv_free = ")[1] and "bx * BLOCK_M + i >= kb * BLOCK_N + j" in loops[1]
-    assert lower(f, (1, 2, 1, 512, 512), target).source
-
 
 @pytest.mark.parametrize("name", sorted({n for n, _ in FILES}))
 def test_gfx942_program_lowers_for_the_sm90_logic_check(name):
