@@ -118,7 +118,7 @@ def test_causal_skips_the_blocks_above_the_diagonal(target):
 @pytest.mark.parametrize("name", sorted({n for n, _ in FILES}))
 def test_gfx942_program_lowers_for_the_sm90_logic_check(name):
     # `tilegen verify` on the H200 also runs each gfx942 program (CUDA target) as a check of its logic;
-    # a 64-row query block over 256 threads lowered for HIP but not for CUDA (16 rows per warp of 32)
+    # a 64-row query block over 256 threads lowered for HIP but not for CUDA (8 rows per 32-lane warp, under one 16-row MMA tile)
     f = FILES[(name, "gfx942")]
     shape = derived_shapes(f.instance)[0]
     assert lower(f, shape, "sm_90").source
