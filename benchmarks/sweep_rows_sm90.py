@@ -2,6 +2,7 @@
 seed specs' threads / vector / unroll / variant.
 
     python benchmarks/sweep_rows_sm90.py [--out reports/h200/sweep_rows_sm90.md] [--ops softmax rmsnorm]
+                                         [--threads 128 256] [--unroll 1 2]
 
 Each variant is a spec written in memory, validated like any spec, rendered, compiled in parallel,
 verified (one seed, negative controls) at every shape and timed with `tilegen bench`'s method (L2
@@ -98,8 +99,7 @@ def main() -> None:
         _, copy_gbps, _ = runner.call(measure_copy_gbps, nflush)
         for f, shape in jobs:
             i = f.instance
-            variant = i.variant
-            head = (f"| {i.op} | {variant} | {i.threads} | {i.vector} | {i.unroll} | {i.tail} | "
+            head = (f"| {i.op} | {i.variant} | {i.threads} | {i.vector} | {i.unroll} | {i.tail} | "
                     f"{'x'.join(map(str, shape))} |")
             if (f.uri, shape) in errors:
                 lines.append(f"{head} compile error: {errors[(f.uri, shape)][:80]} | | | | | |")
