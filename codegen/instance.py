@@ -93,12 +93,7 @@ class GemmInstance(_Identity):
         b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b else "(BLOCK_K, BLOCK_N)"
         a_origin = "k * BLOCK_K, row0" if self.trans_a else "row0, k * BLOCK_K"
         b_origin = "col0, k * BLOCK_K" if self.trans_b else "k * BLOCK_K, col0"
-        if self.pipeline_order is not None:
-            loop = f"T.Pipelined(k_tiles, order={list(self.pipeline_order)}, stage={list(self.pipeline_stage)})"
-        elif self.stages >= 2:
-            loop = f"T.Pipelined(k_tiles, num_stages={self.stages})"
-        else:
-            loop = "T.serial(k_tiles)"
+        loop = pipelined_loop("k_tiles", self.stages, self.pipeline_order, self.pipeline_stage)
         gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b}", f"policy={_POLICY[WarpPolicy(self.policy)]}"]
         if self.k_pack is not None and self.k_pack > 1:
             gemm_args.append(f"k_pack={self.k_pack}")
@@ -300,12 +295,7 @@ class AttentionInstance(_Identity):
     uses_rocm_gemm: bool  # tilelang.rocm.language.gemm (gfx942) instead of T.gemm
 
     def template_vars(self) -> dict[str, object]:
-        if self.pipeline_order is not None:
-            loop = f"T.Pipelined(kv_blocks, order={list(self.pipeline_order)}, stage={list(self.pipeline_stage)})"
-        elif self.stages >= 2:
-            loop = f"T.Pipelined(kv_blocks, num_stages={self.stages})"
-        else:
-            loop = "T.serial(kv_blocks)"
+        loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)
         return {
             "target_literal": repr(dict(self.tilelang_target)),
             "kv_loop": loop,
@@ -362,11 +352,22 @@ def row_instance(loaded: LoadedSpec, target: Target) -> RowInstance:
     return NormInstance(**common, op=spec.op, eps=spec.eps, variant=spec.variant.value, centered=layer, has_bias=layer)
 
 
-def _explicit_schedule(stages: int) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:
-    """order/stage lists for (copy A, copy B, gemm): loads run stages-1 tiles ahead of the MMA."""
+def pipelined_loop(extent: str, stages: int, order: tuple[int, ...] | None, stage: tuple[int, ...] | None) -> str:
+    """The loop header of a pipelined main loop: the explicit schedule (gfx942), TileLang's num_stages
+    (sm_90), or a plain loop for one stage."""
+    if order is not None:
+        return f"T.Pipelined({extent}, order={list(order)}, stage={list(stage)})"
+    if stages >= 2:
+        return f"T.Pipelined({extent}, num_stages={stages})"
+    return f"T.serial({extent})"
+
+
+def _explicit_schedule(stages: int, copies: int, compute: int) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:
+    """order/stage lists for a loop body of `copies` global->LDS copies then `compute` statements: the
+    copies run in stage 0, stages-1 iterations ahead of the compute."""
     if stages < 2:
         return None, None
-    return (0, 1, 2), (0, 0, stages - 1)
+    return tuple(range(copies + compute)), (0,) * copies + (stages - 1,) * compute
 
 
 def gemm_instance(loaded: LoadedSpec, target: Target) -> GemmInstance:
@@ -374,7 +375,9 @@ def gemm_instance(loaded: LoadedSpec, target: Target) -> GemmInstance:
     hw = HARDWARE[target]
     tuning, _ = spec.tuning_for(target)
     t = tuning.tiling
-    order, stage = _explicit_schedule(tuning.pipeline.stages) if hw.needs_explicit_pipeline else (None, None)
+    # copy A, copy B, gemm
+    order, stage = (_explicit_schedule(tuning.pipeline.stages, 2, 1) if hw.needs_explicit_pipeline
+                    else (None, None))
     d = spec.dtypes
     return GemmInstance(
         name=spec.name, target=target, spec_file=loaded.doc.file,
@@ -398,11 +401,8 @@ def attention_instance(loaded: LoadedSpec, target: Target) -> AttentionInstance:
     hw = HARDWARE[target]
     tuning, _ = spec.tuning_for(target)
     t, stages = tuning.tiling, tuning.pipeline.stages
-    order = stage = None
-    if hw.needs_explicit_pipeline and stages >= 2:
-        n = ATTENTION_LOOP_COPIES + ATTENTION_LOOP_COMPUTE
-        order = tuple(range(n))
-        stage = (0,) * ATTENTION_LOOP_COPIES + (stages - 1,) * ATTENTION_LOOP_COMPUTE
+    order, stage = (_explicit_schedule(stages, ATTENTION_LOOP_COPIES, ATTENTION_LOOP_COMPUTE)
+                    if hw.needs_explicit_pipeline else (None, None))
     d = spec.dtypes
     scale = spec.softmax_scale if spec.softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
     return AttentionInstance(
