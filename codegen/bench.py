@@ -6,16 +6,18 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from codegen.hardware import HARDWARE, DType, Target
+from codegen.families import family
+from codegen.hardware import DType, Target
+from codegen.targets import HARDWARE, TARGETS, torch_dtype
 
-BASELINES = ("eager", "compile")
 MIN_ITERS, MAX_ITERS, TARGET_MS = 10, 200, 300.0
 
 
 def flush_bytes(l2_bytes: int, vendor: str) -> int:
-    """Bytes to overwrite between timed runs: 4x the L2 torch reports, and at least 1 GiB on AMD,
-    whose 256 MiB Infinity Cache is not in L2_cache_size (TileLang's default 256 MB is too small)."""
-    floor = 1 << 30 if vendor == "amd" else 256 << 20
+    """Bytes to overwrite between timed runs: 4x the L2 torch reports, and at least the least flush of
+    the vendor's targets (min_flush_bytes: 1 GiB on gfx942, whose 256 MiB Infinity Cache is not in
+    L2_cache_size -- TileLang's default 256 MB is too small)."""
+    floor = max((t.min_flush_bytes for t in TARGETS.values() if t.hw.vendor == vendor), default=256 << 20)
     return max(4 * l2_bytes, floor)
 
 
@@ -77,37 +79,14 @@ class BenchRow:
     speedup: dict[str, float] = field(default_factory=dict)
 
 
-def gemm_baseline_fns(inst, A, B, out_dtype):
-    """torch implementations of the same GEMM on the same stored operands."""
-    import torch
-
-    from codegen.ops import compiled_once
-
-    a = A.t() if inst.trans_a else A
-    b = B.t() if inst.trans_b else B
-    if DType(inst.spec_dtypes[0]) == DType.FP8_E4M3:
-        one = torch.ones((), device=A.device, dtype=torch.float32)
-
-        def op(x, y):
-            return torch._scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=out_dtype)
-    elif out_dtype != A.dtype:
-        def op(x, y):
-            return torch.matmul(x, y).to(out_dtype)
-    else:
-        op = torch.matmul
-    compiled = compiled_once(("gemm", inst.spec_dtypes, inst.layout), op)
-    return {"eager": lambda: op(a, b), "compile": lambda: compiled(a, b)}
-
-
 def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps: float) -> BenchRow:
     """Time one kernel at one shape beside the baselines; runs inside a worker process."""
     import torch
 
     from codegen.gpu import compile_kernel
-    from codegen.ops import family, torch_dtype
 
     inst = rendered.instance
-    fam = family(inst)
+    fam = family(inst).numerics
     kernel = compile_kernel(rendered, shape, run_target)
     case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
     out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)

@@ -1,8 +1,9 @@
 """`tilegen build`: compile every selected kernel instance, at each of its shapes, for real.
 
-gfx942: TileLang's HIP source -> clang -S (.s) -> code object (.co), and a resource report per
-kernel symbol read from the assembly. sm_90: TileLang's CUDA source -> nvcc -arch=sm_90a (.cubin,
-.ptx), and a report from ptxas -v and the PTX. Builds run in worker processes (`jobs`); results
+Each target's module (codegen/targets/<target>.py) says how: gfx942 compiles TileLang's HIP source
+with clang -S (.s) to a code object (.co) and reads a resource report per kernel symbol from the
+assembly; sm_90 compiles TileLang's CUDA source with nvcc -arch=sm_90a (.cubin, .ptx) and reads ptxas -v
+and the PTX. Builds run in worker processes (`jobs`); results
 land in a content-addressed cache (codegen.buildcache) whose key is computed without lowering or
 importing tilelang, so a warm rebuild only hashes and parses files.
 
@@ -11,7 +12,7 @@ Each is reported under its symbol; a build's summary is the worst case over its 
 registers, most LDS, fewest waves per SIMD, all spills and MMA instructions added up). The build
 rules apply to every kernel: a spill fails the build unless the spec sets allow_spills (VGPR/SGPR
 spills on gfx942, ptxas spill bytes on sm_90); on gfx942, fewer waves per SIMD than the spec's
-min_waves_per_simd fails it too (occupancy: codegen.resources.gfx942_waves_per_simd).
+min_waves_per_simd fails it too (occupancy: codegen.targets.gfx942.gfx942_waves_per_simd).
 
 LDS / shared memory = the compiler's static amount + the dynamic amount TileLang launches the
 kernel with (its `dyn_shared_memory_buf` attribute, recorded while lowering); should that attribute
@@ -24,9 +25,7 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
-import subprocess
 import sys
 import time
 import traceback
@@ -50,24 +49,15 @@ from codegen.hardware import Target
 from codegen.instance import KernelInstance
 from codegen.pipeline import Project
 from codegen.render import RenderedFile
-from codegen.resources import (
-    Gfx942Asm,
-    PtxasKernel,
-    PtxKernel,
-    ReportParseError,
-    gfx942_waves_per_simd,
-    parse_gfx942_asm,
-    parse_ptx,
-    parse_ptxas,
-    sm90_occupancy,
-)
-from codegen.toolchain import CudaToolchain, Gfx942Toolchain, Toolchain, find_tilelang, find_toolchain
+from codegen.spec import TailPolicy
+from codegen.targets import TARGETS, find_toolchain
+from codegen.targets.base import CompileError, Kernel, ReportParseError, Toolchain, symbol_order
+from codegen.toolchain import find_tilelang
 
 # Bump when what a worker stores in an entry changes (file names, launch.json fields); the compiler
 # commands and TileLang's version are in the key already.
 RECIPE = 1
 REPORT_DIR = Path("reports") / "static"
-COMPILE_TIMEOUT_S = 900
 TABLE_WIDTH = 200  # the summary table's width when stdout is not a terminal
 Shape = tuple[int, ...]
 
@@ -89,85 +79,8 @@ def default_jobs() -> int:
 
 
 # ---- what one build produced --------------------------------------------------------------------
+# Each kernel symbol is reported as its target reads it (codegen/targets/<target>.py `read_kernels`).
 
-@dataclass(frozen=True, kw_only=True)
-class Launch:
-    """How TileLang launches one kernel: the attributes of its device function at codegen."""
-
-    threads: int
-    grid: tuple[int, int, int]
-    dynamic_lds_bytes: int
-    source: Literal["tilelang", "tilegen-estimate"]  # dyn_shared_memory_buf, or instance.lds_bytes
-
-
-@dataclass(frozen=True, kw_only=True)
-class Gfx942Kernel:
-    asm: Gfx942Asm
-    launch: Launch
-    waves_per_simd: int  # min(register limit, LDS limit) for a full CU
-    waves_per_simd_lds: int
-
-    @property
-    def symbol(self) -> str:
-        return self.asm.symbol
-
-    @property
-    def lds_bytes(self) -> int:
-        return self.asm.lds_static_bytes + self.launch.dynamic_lds_bytes
-
-    @property
-    def spills(self) -> int:
-        return self.asm.vgpr_spills + self.asm.sgpr_spills
-
-    def to_json(self) -> dict[str, object]:
-        a = self.asm
-        return {
-            "symbol": a.symbol, "threads": self.launch.threads, "grid": list(self.launch.grid),
-            "vgprs": a.vgprs, "agprs": a.agprs, "total_vgprs": a.total_vgprs, "sgprs": a.sgprs,
-            "scratch_bytes": a.scratch_bytes, "vgpr_spills": a.vgpr_spills, "sgpr_spills": a.sgpr_spills,
-            "lds_static_bytes": a.lds_static_bytes, "lds_dynamic_bytes": self.launch.dynamic_lds_bytes,
-            "lds_dynamic_source": self.launch.source, "lds_bytes": self.lds_bytes,
-            "occupancy_regs": a.occupancy_regs, "waves_per_simd_lds": self.waves_per_simd_lds,
-            "waves_per_simd": self.waves_per_simd, "mfma": dict(a.mfma), "code_bytes": a.code_bytes,
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sm90Kernel:
-    ptxas: PtxasKernel
-    ptx: PtxKernel
-    launch: Launch
-    blocks_per_sm: int  # resident blocks of one SM (codegen.resources.sm90_occupancy)
-    warps_per_sm: int
-    occupancy_limiter: str
-
-    @property
-    def symbol(self) -> str:
-        return self.ptxas.symbol
-
-    @property
-    def smem_bytes(self) -> int:
-        return self.ptxas.smem_static_bytes + self.launch.dynamic_lds_bytes
-
-    @property
-    def spills(self) -> int:
-        return self.ptxas.spill_store_bytes + self.ptxas.spill_load_bytes
-
-    def to_json(self) -> dict[str, object]:
-        p, x = self.ptxas, self.ptx
-        return {
-            "symbol": p.symbol, "threads": self.launch.threads, "grid": list(self.launch.grid),
-            "registers": p.registers, "barriers": p.barriers, "stack_frame_bytes": p.stack_frame_bytes,
-            "spill_store_bytes": p.spill_store_bytes, "spill_load_bytes": p.spill_load_bytes,
-            "smem_static_bytes": p.smem_static_bytes, "smem_dynamic_bytes": self.launch.dynamic_lds_bytes,
-            "smem_dynamic_source": self.launch.source, "smem_bytes": self.smem_bytes,
-            "blocks_per_sm": self.blocks_per_sm, "warps_per_sm": self.warps_per_sm,
-            "occupancy_limiter": self.occupancy_limiter,
-            "wgmma": x.wgmma, "tma": x.tma, "mma_sync": x.mma_sync, "setmaxnreg": x.setmaxnreg,
-        }
-
-
-Kernel = Gfx942Kernel | Sm90Kernel
 Status = Literal["built", "cached", "failed"]
 
 
@@ -193,28 +106,9 @@ class BuildResult:
 
     def summary(self) -> dict[str, object]:
         """The worst case over the build's kernels."""
-        ks = self.kernels
-        if not ks:
+        if not self.kernels:
             return {}
-        if self.target == Target.GFX942:
-            mfma: Counter[str] = Counter()
-            for k in ks:
-                mfma.update(dict(k.asm.mfma))
-            return {
-                "kernels": len(ks), "total_vgprs": max(k.asm.total_vgprs for k in ks),
-                "vgprs": max(k.asm.vgprs for k in ks), "agprs": max(k.asm.agprs for k in ks),
-                "sgprs": max(k.asm.sgprs for k in ks), "spills": sum(k.spills for k in ks),
-                "scratch_bytes": max(k.asm.scratch_bytes for k in ks), "lds_bytes": max(k.lds_bytes for k in ks),
-                "waves_per_simd": min(k.waves_per_simd for k in ks), "mfma": dict(sorted(mfma.items())),
-                "code_bytes": sum(k.asm.code_bytes for k in ks),
-            }
-        return {
-            "kernels": len(ks), "registers": max(k.ptxas.registers for k in ks),
-            "spill_bytes": sum(k.spills for k in ks), "smem_bytes": max(k.smem_bytes for k in ks),
-            "warps_per_sm": min(k.warps_per_sm for k in ks),
-            "wgmma": sum(k.ptx.wgmma for k in ks), "tma": sum(k.ptx.tma for k in ks),
-            "mma_sync": sum(k.ptx.mma_sync for k in ks),
-        }
+        return TARGETS[self.target].summarize(self.kernels)
 
     def to_json(self, *, volatile: bool) -> dict[str, object]:
         """`volatile=False`: only what the sources and compilers determine (for committed reports)."""
@@ -266,7 +160,7 @@ class BuildJob:
 
     @property
     def cost(self) -> int:  # for scheduling the slowest first
-        return (self.instance.tail == "specialized") * 2 + (self.instance.target == Target.SM_90)
+        return (self.instance.tail == TailPolicy.SPECIALIZED) * 2 + TARGETS[self.instance.target].build_cost
 
 
 def _lower_py_sha256() -> str:
@@ -362,46 +256,7 @@ def _lower_recording_launches(rendered: RenderedFile, shape: Shape) -> tuple[str
 
     with compile_pass_instrumentation("tilegen-build", tools=[LaunchRecorder()]):
         kernel = lower(rendered, shape, rendered.instance.target)
-    return kernel.source, [launches[s] for s in sorted(launches, key=_symbol_order)]
-
-
-class _CompileError(Exception):
-    pass
-
-
-def _compile(cmd: list[str], log: Path, cwd: Path) -> str:
-    with log.open("a", encoding="utf-8") as f:
-        f.write(f"$ {shlex.join(cmd)}\n")
-    try:
-        proc = subprocess.run(cmd, check=False, cwd=cwd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise _CompileError(f"{Path(cmd[0]).name} timed out after {COMPILE_TIMEOUT_S} s") from None
-    output = proc.stdout + proc.stderr
-    with log.open("a", encoding="utf-8") as f:
-        f.write(output + f"[exit {proc.returncode}]\n")
-    if proc.returncode != 0:
-        lines = [ln for ln in output.splitlines() if "error" in ln.lower()] or output.splitlines()[-1:] or ["(no output)"]
-        raise _CompileError(f"{Path(cmd[0]).name} failed: {lines[0].replace(str(cwd) + '/', '').strip()}")
-    return output
-
-
-def _compile_gfx942(tc: Gfx942Toolchain, stage: Path, source: str, log: Path) -> None:
-    (stage / "kernel.hip").write_text(source, encoding="utf-8")
-    _compile(tc.asm_command(stage / "kernel.hip", stage / "kernel.s"), log, stage)
-    _compile(tc.code_object_command(stage / "kernel.s", stage / "kernel.co"), log, stage)
-
-
-def _compile_sm90(tc: CudaToolchain, stage: Path, source: str, log: Path) -> None:
-    (stage / "kernel.cu").write_text(source, encoding="utf-8")
-    keep = stage / "keep"
-    keep.mkdir()
-    output = _compile(tc.cubin_command(stage / "kernel.cu", stage / "kernel.cubin", keep), log, stage)
-    (stage / "nvcc.log").write_text(output, encoding="utf-8")
-    ptx = keep / "kernel.ptx"
-    if not ptx.is_file():
-        raise _CompileError("nvcc --keep left no kernel.ptx")
-    os.replace(ptx, stage / "kernel.ptx")
-    shutil.rmtree(keep)
+    return kernel.source, [launches[s] for s in sorted(launches, key=symbol_order)]
 
 
 def run_job(job: BuildJob) -> WorkerResult:
@@ -421,12 +276,9 @@ def run_job(job: BuildJob) -> WorkerResult:
                     (stage / "launch.json").write_text(json.dumps({"kernels": launches}, indent=1) + "\n", encoding="utf-8")
                     lower_s = time.perf_counter() - t0
                     t1 = time.perf_counter()
-                    if isinstance(job.toolchain, Gfx942Toolchain):
-                        _compile_gfx942(job.toolchain, stage, source, log)
-                    else:
-                        _compile_sm90(job.toolchain, stage, source, log)
+                    TARGETS[job.instance.target].compile(job.toolchain, stage, source, log)
                     compile_s = time.perf_counter() - t1
-                except (TilegenError, _CompileError) as exc:
+                except (TilegenError, CompileError) as exc:
                     error = str(exc).splitlines()[0]
                     traceback.print_exc()
                 except Exception as exc:  # noqa: BLE001 -- a bug in TileLang or here: one build fails, its traceback in the log
@@ -443,68 +295,21 @@ def run_job(job: BuildJob) -> WorkerResult:
 
 # ---- reading an entry ----------------------------------------------------------------------------
 
-def _symbol_order(symbol: str) -> tuple[str, int]:
-    """x_kernel, x_kernel_1, x_kernel_2, ..., x_kernel_10: TileLang's order of emission."""
-    m = re.fullmatch(r"(.*)_(\d+)", symbol)
-    return (m.group(1), int(m.group(2))) if m else (symbol, -1)
-
-
-def _launches(entry: Path, inst: KernelInstance, symbols: list[str], default_threads: dict[str, int]) -> dict[str, Launch]:
-    recorded = {k["symbol"]: k for k in json.loads((entry / "launch.json").read_text(encoding="utf-8"))["kernels"]}
-    out = {}
-    for s in symbols:
-        k = recorded.get(s)
-        if k is not None:
-            out[s] = Launch(threads=int(k["threads"]), grid=tuple(k["grid"]),
-                            dynamic_lds_bytes=int(k["dynamic_shared_bytes"]), source="tilelang")
-        else:  # TileLang's launch attributes were not seen: fall back to tilegen's own estimate
-            out[s] = Launch(threads=default_threads[s], grid=(0, 0, 0), dynamic_lds_bytes=inst.lds_bytes,
-                            source="tilegen-estimate")
-    return out
-
-
 def read_entry(entry: Path, inst: KernelInstance) -> tuple[Kernel, ...]:
-    if inst.target == Target.GFX942:
-        asm = parse_gfx942_asm((entry / "kernel.s").read_text(encoding="utf-8"))
-        launches = _launches(entry, inst, [a.symbol for a in asm], {a.symbol: a.max_threads for a in asm})
-        kernels: list[Kernel] = []
-        for a in asm:
-            launch = launches[a.symbol]
-            waves, by_lds = gfx942_waves_per_simd(occupancy_regs=a.occupancy_regs, threads=launch.threads,
-                                                  lds_bytes=a.lds_static_bytes + launch.dynamic_lds_bytes,
-                                                  wave_lanes=a.wave_lanes)
-            kernels.append(Gfx942Kernel(asm=a, launch=launch, waves_per_simd=waves, waves_per_simd_lds=by_lds))
-    else:
-        ptxas = parse_ptxas((entry / "nvcc.log").read_text(encoding="utf-8"))
-        ptx = {k.symbol: k for k in parse_ptx((entry / "kernel.ptx").read_text(encoding="utf-8"))}
-        if not ptxas or set(ptx) != {k.symbol for k in ptxas}:
-            raise ReportParseError(f"ptxas reported {sorted(k.symbol for k in ptxas)}, the PTX holds {sorted(ptx)}")
-        launches = _launches(entry, inst, [k.symbol for k in ptxas], {k.symbol: inst.threads for k in ptxas})
-        kernels = []
-        for k in ptxas:
-            launch = launches[k.symbol]
-            blocks, warps, limiter = sm90_occupancy(registers=k.registers, threads=launch.threads,
-                                                    smem_bytes=k.smem_static_bytes + launch.dynamic_lds_bytes)
-            kernels.append(Sm90Kernel(ptxas=k, ptx=ptx[k.symbol], launch=launch, blocks_per_sm=blocks,
-                                      warps_per_sm=warps, occupancy_limiter=limiter))
-    return tuple(sorted(kernels, key=lambda k: _symbol_order(k.symbol)))
+    """The kernels of a cache entry, as the instance's target reads its compiler's report."""
+    kernels = TARGETS[inst.target].read_kernels(entry, inst)
+    return tuple(sorted(kernels, key=lambda k: symbol_order(k.symbol)))
 
 
 def check_rules(inst: KernelInstance, kernels: tuple[Kernel, ...]) -> str | None:
     """The first violated build rule (spills, occupancy floor), as one line, or None."""
     for k in kernels:
         if k.spills and not inst.allow_spills:
-            if isinstance(k, Gfx942Kernel):
-                what = (f"{k.asm.vgpr_spills} VGPR + {k.asm.sgpr_spills} SGPR spills "
-                        f"({k.asm.scratch_bytes} B scratch per lane)")
-            else:
-                what = f"{k.ptxas.spill_store_bytes} B spill stores + {k.ptxas.spill_load_bytes} B spill loads"
-            return f"{k.symbol}: {what}; set allow_spills: true in {inst.spec_file} to accept [spills]"
+            return f"{k.symbol}: {k.spill_text()}; set allow_spills: true in {inst.spec_file} to accept [spills]"
         floor = inst.min_waves_per_simd
-        if isinstance(k, Gfx942Kernel) and floor is not None and k.waves_per_simd < floor:
-            return (f"{k.symbol}: {k.waves_per_simd} waves per SIMD (registers allow {k.asm.occupancy_regs}, "
-                    f"{k.lds_bytes} B of LDS allow {k.waves_per_simd_lds}) < min_waves_per_simd={floor} "
-                    f"of {inst.spec_file} [min_waves_per_simd]")
+        problem = k.occupancy_problem(floor) if floor is not None else None
+        if problem is not None:
+            return f"{k.symbol}: {problem} of {inst.spec_file} [min_waves_per_simd]"
     return None
 
 
@@ -647,24 +452,10 @@ def dump_json(doc: object) -> str:
     return _SCALAR_LIST_RE.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
 
 
-def _bytes(n: int) -> str:
-    return f"{n // 1024} KiB" if n and n % 1024 == 0 else f"{n} B"
-
-
 def _cells(r: BuildResult) -> tuple[str, str, str, str, str]:
     """regs, LDS, occupancy, spills, MMA columns of the worst case."""
     s = r.summary()
-    if not s:
-        return ("-",) * 5
-    if r.target == Target.GFX942:
-        mfma = s["mfma"]
-        mma = ", ".join(f"{n} {m.removeprefix('v_mfma_')}" for m, n in mfma.items()) or "none"
-        return (f"{s['total_vgprs']}v ({s['vgprs']}+{s['agprs']}a) {s['sgprs']}s", _bytes(s["lds_bytes"]),
-                f"{s['waves_per_simd']} w/SIMD", str(s["spills"]), mma)
-    mma = [f"{s[k]} {k}" for k in ("wgmma", "tma", "mma_sync") if s[k]]
-    return (str(s["registers"]), _bytes(s["smem_bytes"]), f"{s['warps_per_sm']} warps/SM",
-            f"{s['spill_bytes']} B" if s["spill_bytes"] else "0",
-            ", ".join(mma) or "none")
+    return TARGETS[r.target].table_cells(s) if s else ("-",) * 5
 
 
 def summary_table(report: BuildReport) -> Table:

@@ -9,59 +9,22 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
 
 from codegen.hardware import Target
-from codegen.toolchain import (
-    FETCH_GFX942,
-    GET_NVCC,
-    ROCM_ROOT,
-    CudaToolchain,
-    Gfx942Toolchain,
-    ToolchainMissing,
-    find_cuda,
-    find_gfx942,
-    find_nvcc,
-    find_tilelang,
-)
+from codegen.targets import TARGETS
+from codegen.targets.base import Check
+from codegen.toolchain import ToolchainMissing, find_tilelang
 
 PINNED_TILELANG = "0.1.15"
 MIN_PYTHON = (3, 11)
-ALL_TARGETS = (Target.GFX942, Target.SM_90)
-Status = Literal["ok", "missing", "info"]
+ALL_TARGETS = tuple(TARGETS)
 
-# (file suffix, tl_templates folder, threads) of each target's smoke kernel
-_SMOKE = {Target.GFX942: ("hip", "hip", 64), Target.SM_90: ("cu", "cuda", 32)}
-_SMOKE_KERNEL = 'extern "C" __global__ void __launch_bounds__({threads}) tilegen_doctor(float* x) {{ x[threadIdx.x] = 1.0f; }}\n'
-
-
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    fix: str | None = None  # the command (or action) that gets it
-    needed_by: tuple[Target, ...] = ()  # targets whose build needs it
-
-
-def _first_line(cmd: list[str]) -> str | None:
-    try:
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = (proc.stdout or proc.stderr).strip().splitlines()
-    return lines[0] if proc.returncode == 0 and lines else None
+__all__ = ["Check", "diagnose", "missing_for", "run_doctor"]
 
 
 def _python() -> Check:
@@ -109,86 +72,12 @@ def _torch() -> list[Check]:
     ]
 
 
-def _rocm() -> Check:
-    if not ROCM_ROOT.is_dir():
-        return Check(name="ROCm", status="info", detail=f"not installed at {ROCM_ROOT}; gfx942 builds use the project toolchain",
-                     fix="optional: a ROCm install (https://rocm.docs.amd.com) is preferred over .toolchain/ when present")
-    info = ROCM_ROOT / ".info" / "version"
-    version = info.read_text(encoding="utf-8").strip() if info.is_file() else "version unknown"
-    return Check(name="ROCm", status="info", detail=f"{version} at {ROCM_ROOT}")
-
-
-def _smoke(target: Target, compile_: Callable[[Path, Path], list[list[str]]]) -> Check:
-    """Compile a one-line kernel that includes TileLang's headers with build's own commands."""
-    suffix, folder, threads = _SMOKE[target]
-    text = f"#include <tl_templates/{folder}/common.h>\n" + _SMOKE_KERNEL.format(threads=threads)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tilegen-doctor-") as tmp:
-        src = Path(tmp) / f"smoke.{suffix}"
-        src.write_text(text, encoding="utf-8")
-        for cmd in compile_(src, Path(tmp)):
-            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, cwd=tmp)
-            if proc.returncode != 0:
-                out = (proc.stderr or proc.stdout).strip().replace(tmp + "/", "")
-                first = next((ln for ln in out.splitlines() if "error" in ln.lower()), out.splitlines()[0] if out else "")
-                return Check(name=f"{target} smoke build", status="missing", detail=f"{Path(cmd[0]).name}: {first}",
-                             fix=FETCH_GFX942 if target == Target.GFX942 else GET_NVCC, needed_by=(target,))
-    return Check(name=f"{target} smoke build", status="ok",
-                 detail=f"a kernel including tl_templates compiled in {time.perf_counter() - t0:.1f} s", needed_by=(target,))
-
-
-def _gfx942(root: Path) -> list[Check]:
-    need = (Target.GFX942,)
-    try:
-        tc: Gfx942Toolchain = find_gfx942(root)
-    except ToolchainMissing as exc:
-        return [Check(name="gfx942 clang + HIP headers", status="missing", detail=str(exc).split("; ")[0],
-                      fix=FETCH_GFX942, needed_by=need)]
-    checks = [Check(name="gfx942 clang", status="ok", detail=f"{tc.version} ({tc.clang}, from {tc.origin})", needed_by=need)]
-    supported = subprocess.run([tc.clang, "--target=amdgcn-amd-amdhsa", f"-mcpu={tc.arch}", "-x", "assembler", "-c",
-                                os.devnull, "-o", os.devnull], check=False, capture_output=True, timeout=60).returncode == 0
-    checks.append(Check(name="clang gfx942 support", status="ok" if supported else "missing",
-                        detail=f"-mcpu={tc.arch} {'accepted' if supported else 'rejected'}",
-                        fix=None if supported else FETCH_GFX942, needed_by=need))
-    parts = ", ".join(f"{k} {v}" for k, v in tc.components)
-    checks.append(Check(name="HIP headers + device libs", status="ok", detail=f"{parts or 'ROCm'} (from {tc.origin})", needed_by=need))
-    if supported:
-        checks.append(_smoke(Target.GFX942, lambda src, d: [tc.asm_command(src, d / "smoke.s"),
-                                                            tc.code_object_command(d / "smoke.s", d / "smoke.co")]))
-    return checks
-
-
-def _sm90() -> list[Check]:
-    need = (Target.SM_90,)
-    nvcc = find_nvcc()
-    try:
-        tc: CudaToolchain = find_cuda()
-    except ToolchainMissing as exc:
-        return [Check(name="nvcc", status="missing", detail=str(exc).split("; ")[0], fix=GET_NVCC, needed_by=need)]
-    codes = subprocess.run([tc.nvcc, "--list-gpu-code"], check=False, capture_output=True, text=True, timeout=60)
-    has_sm90 = codes.returncode == 0 and "sm_90" in codes.stdout.split()  # sm_90a comes with sm_90 (CUDA >= 12.0)
-    checks = [Check(name="nvcc", status="ok" if has_sm90 else "missing",
-                    detail=f"{tc.version} at {nvcc}" + ("" if has_sm90 else "; no sm_90 in --list-gpu-code"),
-                    fix=None if has_sm90 else GET_NVCC, needed_by=need)]
-    ptxas = Path(tc.nvcc).with_name("ptxas")
-    ptxas_version = _first_line([str(ptxas), "--version"]) if ptxas.exists() else None
-    checks.append(Check(name="ptxas", status="ok" if ptxas_version else "missing",
-                        detail=f"{ptxas}" if ptxas_version else f"not next to {tc.nvcc}", fix=None if ptxas_version else GET_NVCC,
-                        needed_by=need))
-    host = shutil.which("g++") or shutil.which("c++")
-    checks.append(Check(name="host C++ compiler (nvcc's)", status="ok" if host else "missing", detail=host or "no g++ on PATH",
-                        fix=None if host else "apt-get install g++", needed_by=need))
-    if has_sm90 and ptxas_version and host:
-        checks.append(_smoke(Target.SM_90, lambda src, d: [tc.cubin_command(src, d / "smoke.cubin", d)]))
-    return checks
-
-
 def diagnose(root: Path, targets: tuple[Target, ...] = ALL_TARGETS) -> list[Check]:
-    checks = [_python(), _tilelang(), *_torch(), _rocm()]
-    if Target.GFX942 in targets:
-        checks += _gfx942(root)
-    if Target.SM_90 in targets:
-        checks += _sm90()
+    checks = [_python(), _tilelang(), *_torch()]
+    for spec in TARGETS.values():
+        checks += spec.info_checks()
+    for target in targets:
+        checks += TARGETS[target].doctor_checks(root)
     return checks
 
 

@@ -15,8 +15,10 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from codegen.hardware import HARDWARE, Target
+from codegen.hardware import DType, Target
 from codegen.render import RenderedFile
+from codegen.targets import HARDWARE, TARGETS
+from codegen.targets.base import DeviceMatch
 
 CTX = mp.get_context("spawn")
 
@@ -45,16 +47,16 @@ def detect_gpu() -> GpuInfo:
     if not torch.cuda.is_available():
         raise NoGpu(f"torch {torch.__version__} sees no GPU")
     props = torch.cuda.get_device_properties(0)
-    if getattr(torch.version, "hip", None):
-        arch = getattr(props, "gcnArchName", "").split(":")[0]
-        if arch != "gfx942":
-            raise NoGpu(f"AMD GPU {props.name} ({arch}) is not gfx942")
-        return GpuInfo(name=props.name, vendor="amd", run_target=Target.GFX942, l2_bytes=props.L2_cache_size,
-                       torch_version=torch.__version__, runtime_version=f"HIP {torch.version.hip}")
-    if (props.major, props.minor) != (9, 0):
-        raise NoGpu(f"NVIDIA GPU {props.name} is sm_{props.major}{props.minor}, not sm_90")
-    return GpuInfo(name=props.name, vendor="nvidia", run_target=Target.SM_90, l2_bytes=props.L2_cache_size,
-                   torch_version=torch.__version__, runtime_version=f"CUDA {torch.version.cuda}")
+    reasons = []
+    for spec in TARGETS.values():  # each target module recognises its own devices
+        match = spec.match_device(torch, props)
+        if isinstance(match, DeviceMatch):
+            return GpuInfo(name=props.name, vendor=match.vendor, run_target=spec.target, l2_bytes=props.L2_cache_size,
+                           torch_version=torch.__version__, runtime_version=match.runtime_version)
+        if match is not None:
+            reasons.append(match)
+    raise NoGpu(reasons[0] if reasons else f"{props.name} is not a device of any target "
+                                           f"({', '.join(t.value for t in TARGETS)})")
 
 
 def run_label(inst_target: Target, run_target: Target) -> str:
@@ -66,8 +68,12 @@ def run_label(inst_target: Target, run_target: Target) -> str:
 def unsupported_on(rendered: RenderedFile, run_target: Target) -> str | None:
     """Why this instance cannot run on `run_target` at all, or None."""
     inst = rendered.instance
-    if "fp8_e4m3" in inst.spec_dtypes and inst.target != run_target:
-        return f"{inst.a_dtype} has no {run_target} type (TileLang's CUDA codegen rejects it)"
+    if inst.target == run_target:
+        return None
+    ours, theirs = HARDWARE[inst.target].tilelang_dtypes, HARDWARE[run_target].tilelang_dtypes
+    for d in dict.fromkeys(DType(x) for x in inst.spec_dtypes):
+        if ours[d] != theirs[d]:  # e.g. fp8 e4m3: fnuz on gfx942, fn on sm_90
+            return f"{ours[d]} has no {run_target} type (TileLang's {HARDWARE[run_target].tilelang_target['kind'].upper()} codegen rejects it)"
     return None
 
 

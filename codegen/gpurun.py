@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from codegen.bench import BenchRow, bench_case, flush_bytes, measure_copy_gbps
+from codegen.families import derived_shapes
 from codegen.gpu import ContainedRunner, GpuInfo, precompile, unsupported_on
-from codegen.ops import derived_shapes
 from codegen.render import RenderedFile
 from codegen.verify import CaseResult, verify_case
 

@@ -1,4 +1,5 @@
-"""Hardware facts, one frozen record per target. Every legality rule and roofline reads from here."""
+"""The target and dtype vocabulary and the hardware record type. Each target's record (its `Hardware`)
+lives in its module, `codegen/targets/<target>.py`; every legality rule and roofline reads from it."""
 
 from __future__ import annotations
 
@@ -57,94 +58,4 @@ class Hardware:
     tilelang_dtypes: Mapping[DType, str]
     peak_dense_tflops: Mapping[DType, float]
     hbm_bandwidth_tbps: float
-    has_k_pack: bool  # TileLang's ROCm gemm packs MFMA ops along K
-    needs_explicit_pipeline: bool  # T.Pipelined(num_stages) is a plain loop unless order/stage given
-
-    @property
-    def lds_word(self) -> str:
-        return "LDS" if self.vendor == "amd" else "shared memory"
-
-
-def _frozen(d: dict) -> Mapping:
-    return MappingProxyType(d)
-
-
-GFX942 = Hardware(
-    target=Target.GFX942,
-    product="AMD Instinct MI300X",
-    vendor="amd",
-    tilelang_target=_frozen({"kind": "hip", "mcpu": "gfx942"}),
-    wave_lanes=64,
-    wave_word="wavefront",
-    min_threads=64,
-    max_threads_per_workgroup=1024,
-    compute_units=304,
-    lds_bytes_per_workgroup=64 * 1024,
-    register_file_bytes_per_cu=512 * 1024,  # 4 SIMDs x 512 VGPRs x 64 lanes x 4 B
-    max_registers_per_thread=256,  # arch VGPRs (the other 256 of the unified file are AGPRs, MFMA only)
-    simds_per_cu=4,
-    lds_bytes_per_cu=64 * 1024,
-    mma_shapes=_frozen(
-        {
-            DType.FP16: (MmaShape(m=16, n=16, k=16), MmaShape(m=32, n=32, k=8)),
-            DType.BF16: (MmaShape(m=16, n=16, k=16), MmaShape(m=32, n=32, k=8)),
-            DType.FP32: (MmaShape(m=16, n=16, k=4), MmaShape(m=32, n=32, k=2)),
-            DType.FP8_E4M3: (MmaShape(m=16, n=16, k=32), MmaShape(m=32, n=32, k=16)),
-        }
-    ),
-    tilelang_dtypes=_frozen(
-        {
-            DType.FP16: "float16",
-            DType.BF16: "bfloat16",
-            DType.FP32: "float32",
-            DType.FP8_E4M3: "float8_e4m3fnuz",
-        }
-    ),
-    peak_dense_tflops=_frozen(
-        {DType.FP16: 1307.4, DType.BF16: 1307.4, DType.FP32: 163.4, DType.FP8_E4M3: 2614.9}
-    ),
-    hbm_bandwidth_tbps=5.3,
-    has_k_pack=True,
-    needs_explicit_pipeline=True,
-)
-
-SM_90 = Hardware(
-    target=Target.SM_90,
-    product="NVIDIA H200 SXM",
-    vendor="nvidia",
-    tilelang_target=_frozen({"kind": "cuda", "arch": "sm_90a"}),  # "a": wgmma/TMA
-    wave_lanes=32,
-    wave_word="warp",
-    min_threads=32,
-    max_threads_per_workgroup=1024,
-    compute_units=132,
-    lds_bytes_per_workgroup=227 * 1024,
-    register_file_bytes_per_cu=256 * 1024,  # 65536 x 32-bit registers per SM
-    max_registers_per_thread=255,
-    simds_per_cu=4,
-    lds_bytes_per_cu=228 * 1024,
-    mma_shapes=_frozen(
-        {
-            DType.FP16: (MmaShape(m=16, n=8, k=16),),
-            DType.BF16: (MmaShape(m=16, n=8, k=16),),
-            DType.FP32: (MmaShape(m=16, n=8, k=8),),  # tf32
-            DType.FP8_E4M3: (MmaShape(m=16, n=8, k=32),),
-        }
-    ),
-    tilelang_dtypes=_frozen(
-        {
-            DType.FP16: "float16",
-            DType.BF16: "bfloat16",
-            DType.FP32: "float32",
-            DType.FP8_E4M3: "float8_e4m3fn",
-        }
-    ),
-    peak_dense_tflops=_frozen(
-        {DType.FP16: 989.4, DType.BF16: 989.4, DType.FP32: 494.7, DType.FP8_E4M3: 1978.9}
-    ),
-    hbm_bandwidth_tbps=4.8,
-    has_k_pack=False,
-    needs_explicit_pipeline=False,
-)
-
-HARDWARE: Mapping[Target, Hardware] = MappingProxyType({GFX942.target: GFX942, SM_90.target: SM_90})
+    lds_word: str  # what the vendor calls it, for messages: "LDS" or "shared memory"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args, get_origin
@@ -11,7 +10,8 @@ from typing import get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from codegen.errors import SpecError, SpecErrors
-from codegen.spec import SPEC_MODELS, OpSpec
+from codegen.families import ops as known_ops
+from codegen.families import spec_model
 from codegen.yamlsrc import FieldPath, SourceDoc, format_path, load_yaml
 
 __all__ = ["LoadedSpec", "format_path", "load_spec_files", "parse_specs"]
@@ -21,10 +21,9 @@ SPEC_SUFFIXES = (".yaml", ".yml")
 
 @dataclass(frozen=True)
 class LoadedSpec:
-    spec: OpSpec
+    spec: BaseModel  # the model its family registered for its `op:`
     doc: SourceDoc
     base: FieldPath  # path of this entry inside its file ((i,) for a list, () for a single mapping)
-    file_sha256: str
 
     def locate(self, path: FieldPath, *, key: bool = False):
         return self.doc.locate(self.base + tuple(path), key=key)
@@ -118,7 +117,6 @@ def _pydantic_errors(exc: ValidationError, model: type[BaseModel], entry, doc: S
 def parse_specs(text: str, file: str) -> list[LoadedSpec]:
     """Validate every entry of one spec file's text. Raises SpecErrors listing all problems."""
     doc = load_yaml(text, file)
-    sha = hashlib.sha256(text.encode()).hexdigest()
     if isinstance(doc.value, list):
         entries = [((i,), item) for i, item in enumerate(doc.value)]
         if not entries:
@@ -134,21 +132,21 @@ def parse_specs(text: str, file: str) -> list[LoadedSpec]:
         if not isinstance(entry, dict):
             errors.append(SpecError(doc.locate(base), f"{format_path(base) or 'entry'}: must be a mapping", "entry_type"))
             continue
-        known = ", ".join(sorted(SPEC_MODELS))
+        known = ", ".join(known_ops())
         if "op" not in entry:
             errors.append(SpecError(doc.locate(base), f"op: required field is missing (one of: {known})", "missing"))
             continue
         op = entry["op"]
-        if op not in SPEC_MODELS:
+        if not isinstance(op, str) or op not in known_ops():
             errors.append(SpecError(doc.locate(base + ("op",)), f"op={_short(op)}: unknown operator (known: {known})", "op"))
             continue
-        model = SPEC_MODELS[op]
+        model = spec_model(op)
         try:
             spec = model.model_validate(entry)
         except ValidationError as exc:
             errors.extend(_pydantic_errors(exc, model, entry, doc, base))
             continue
-        loaded.append(LoadedSpec(spec=spec, doc=doc, base=base, file_sha256=sha))
+        loaded.append(LoadedSpec(spec=spec, doc=doc, base=base))
     if errors:
         raise SpecErrors(errors)
     return loaded

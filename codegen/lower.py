@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from codegen.errors import TilegenError
-from codegen.hardware import HARDWARE, Target
+from codegen.hardware import Target
 from codegen.render import RenderedFile
+from codegen.targets import HARDWARE, TARGETS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +26,7 @@ class LoweredKernel:
 
     @property
     def suffix(self) -> str:
-        return ".hip" if HARDWARE[self.target].vendor == "amd" else ".cu"
+        return TARGETS[self.target].source_suffix
 
     @property
     def relpath(self) -> PurePosixPath:

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from codegen.errors import TilegenError
-from codegen.hardware import Target
 from codegen.pipeline import Project
+from codegen.targets import TARGETS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +25,8 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, out: C
     from codegen.build import BuildOptions, build_and_report
     from codegen.gpu import NoGpu, detect_gpu
     from codegen.gpucli import run_bench, run_verify
-    from codegen.toolchain import ToolchainMissing, find_toolchain
+    from codegen.targets import find_toolchain
+    from codegen.toolchain import ToolchainMissing
 
     steps: list[Step] = []
     instances = project.instances()
@@ -36,7 +37,7 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, out: C
                                                       f"{len(gen.removed)} removed"))
 
     ready, missing = [], []
-    for target in Target:
+    for target in TARGETS:
         try:
             find_toolchain(target, project.root)
             ready.append(target)

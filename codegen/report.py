@@ -13,7 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 from codegen.files import write_text_atomic
-from codegen.hardware import HARDWARE, DType, Target
+from codegen.hardware import DType, Target
+from codegen.targets import HARDWARE, TARGETS
 
 
 def environment(gpu: dict) -> dict:
@@ -27,12 +28,9 @@ def environment(gpu: dict) -> dict:
     except Exception:  # noqa: BLE001 - the report is still useful without it
         env["tilelang"] = "unavailable"
     env["git_commit"] = _git_commit()
-    if gpu.get("vendor") == "nvidia":
-        q = _run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit",
-                  "--format=csv,noheader"])
-        if q:
-            keys = ("driver", "sm_clock", "max_sm_clock", "mem_clock", "power_limit")
-            env.update(dict(zip(keys, (v.strip() for v in q.splitlines()[0].split(",")))))
+    run_target = gpu.get("run_target")
+    if run_target in {t.value for t in TARGETS}:
+        env.update(TARGETS[Target(run_target)].device_environment())
     return env
 
 

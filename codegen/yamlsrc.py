@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
@@ -150,11 +149,3 @@ def load_yaml(text: str, file: str) -> SourceDoc:
     builder = _Builder(file)
     value = builder.build(node, ())
     return SourceDoc(file=file, value=value, value_marks=builder.value_marks, key_marks=builder.key_marks)
-
-
-def read_yaml(path: Path, display: str) -> SourceDoc:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(display, f"cannot read spec file: {exc}", "io") from None
-    return load_yaml(text, display)

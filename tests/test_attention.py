@@ -10,15 +10,17 @@ from dataclasses import replace
 
 import pytest
 import torch
+from numcheck import check_output
 from spectext import FILE, edit, errors
 
+from codegen.families import derived_shapes, family
+from codegen.families.attention.numerics import NUMERICS as ATTENTION
+from codegen.families.attention.numerics import attention_dropped_block
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.lower import lower
-from codegen.ops import ATTENTION, attention_dropped_block, derived_shapes, family, torch_dtype
 from codegen.pipeline import Project
 from codegen.render import render_all
-from codegen.verify import judge
 
 BASE = """\
 - name: a
@@ -116,7 +118,7 @@ def test_causal_skips_the_blocks_above_the_diagonal(target):
 # ---- the checker, on the CPU ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", sorted({n for n, _ in FILES}))
-def test_gfx942_program_lowers_for_the_sm90_logic_check(name):
+def test_gfx942_program_lowers_for_the_sm90_logiccheck_output(name):
     # `tilegen verify` on the H200 also runs each gfx942 program (CUDA target) as a check of its logic;
     # a 64-row query block over 256 threads lowered for HIP but not for CUDA (8 rows per 32-lane warp, under one 16-row MMA tile)
     f = FILES[(name, "gfx942")]
@@ -135,17 +137,6 @@ def test_a_block_of_fewer_rows_than_the_sm90_warps_need_does_not_lower_for_cuda(
 
 
 
-def _check(inst, shape, out_fn, kind="normal", scale=None):
-    fam = family(inst)
-    case = fam.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
-    ref, mag = fam.reference(inst, case)
-    out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[1], inst.target))
-    tol = fam.tolerance(inst, shape, inst.target)
-    if scale is not None:
-        tol = replace(tol, scale=scale)
-    return judge(out, ref, mag, tol, fam.controls(inst, case, ref))
-
-
 NAMES = ["attn_fp16_d128", "attn_fp16_d128_causal", "attn_bf16_gqa_causal", "attn_fp16_ragged", "attn_fp16_d64_causal"]
 
 
@@ -156,7 +147,7 @@ def test_correct_output_verifies_and_every_control_is_rejected(name, kind):
     for shape in derived_shapes(inst):
         if shape[3] == 1 and shape[4] == 1:
             continue  # one key: every row's output is v_0 whatever the mask -- the controls equal the reference
-        status, cmp, controls = _check(inst, shape, lambda case, ref: ref, kind=kind)
+        status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind=kind)
         assert status == "verified", (shape, cmp, controls)
         assert set(controls.values()) == {"rejected"}, (shape, controls)
 
@@ -165,7 +156,7 @@ def test_the_fp32_reference_is_inside_the_modelled_error():
     # the fp32 reference against float64 math: the modelled term must cover it with a wide margin
     for name in ("attn_fp16_d128_causal", "attn_bf16_gqa_causal"):
         inst = FILES[(name, "sm_90")].instance
-        fam = family(inst)
+        fam = family(inst).numerics
         shape = (1, 2, 1, 300, 300)
         for kind in ("normal", "wide"):
             case = fam.make_inputs(inst, shape, seed=1, kind=kind, device="cpu", run_target=inst.target)
@@ -204,7 +195,7 @@ def test_buggy_outputs_fail(bug):
             out = ATTENTION.reference(inst, wrong)[0]
         return out
 
-    status, cmp, _ = _check(inst, shape, buggy, kind="wide")
+    status, cmp, _ = check_output(inst, shape, buggy, kind="wide")
     assert status == "failed", (bug, cmp)
     assert cmp.mismatch_ratio > 0
 
@@ -212,7 +203,7 @@ def test_buggy_outputs_fail(bug):
 @pytest.mark.parametrize("name", ["attn_fp16_d128", "attn_bf16_gqa_causal"])
 def test_a_loose_tolerance_is_reported_vacuous(name):
     inst = FILES[(name, "sm_90")].instance
-    status, _, controls = _check(inst, (1, 2, 1, 256, 256), lambda case, ref: ref, scale=1e6)
+    status, _, controls = check_output(inst, (1, 2, 1, 256, 256), lambda case, ref: ref, scale=1e6)
     assert status == "vacuous"
     assert any("PASSED" in v for v in controls.values())
 

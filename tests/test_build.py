@@ -21,16 +21,18 @@ import pytest
 from typer.testing import CliRunner
 
 from codegen import build as build_mod
-from codegen import toolchain
-from codegen.build import BuildOptions, BuildResult, Gfx942Kernel, Launch, build, check_rules, dump_json, read_entry
+from codegen.build import BuildOptions, BuildResult, build, check_rules, dump_json, read_entry
 from codegen.buildcache import BuildCache, cache_key
 from codegen.cli import app
 from codegen.doctor import run_doctor
 from codegen.errors import TilegenError
 from codegen.hardware import Target
 from codegen.pipeline import Project
-from codegen.resources import gfx942_waves_per_simd, parse_gfx942_asm, parse_ptx, parse_ptxas, sm90_occupancy
-from codegen.toolchain import FETCH_GFX942, ToolchainMissing, find_cuda, find_gfx942
+from codegen.targets import gfx942
+from codegen.targets.base import Launch
+from codegen.targets.gfx942 import FETCH_GFX942, Gfx942Kernel, find_gfx942, gfx942_waves_per_simd, parse_gfx942_asm
+from codegen.targets.sm90 import find_cuda, parse_ptx, parse_ptxas, sm90_occupancy
+from codegen.toolchain import ToolchainMissing
 
 DATA = Path(__file__).parent / "data"
 PROJECT = Project()
@@ -265,7 +267,7 @@ def test_cli_missing_toolchain_is_one_line_and_exit_1(tmp_path, monkeypatch):
     def missing(root, *, env_json=None):
         return find_gfx942(root, env_json=tmp_path / "env.json")
 
-    monkeypatch.setattr(toolchain, "find_gfx942", missing)
+    monkeypatch.setattr(gfx942, "find_gfx942", missing)
     result = CliRunner().invoke(app, ["build", "gemm_fp16_nt", "--target", "gfx942", "--cache-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
@@ -275,7 +277,7 @@ def test_cli_missing_toolchain_is_one_line_and_exit_1(tmp_path, monkeypatch):
 def test_doctor_names_the_fetch_command_when_gfx942_is_missing(tmp_path, monkeypatch, capsys):
     from rich.console import Console
 
-    monkeypatch.setattr("codegen.doctor.find_gfx942", lambda root: find_gfx942(root, env_json=tmp_path / "env.json"))
+    monkeypatch.setattr(gfx942, "find_gfx942", lambda root, env_json=None: find_gfx942(root, env_json=tmp_path / "env.json"))
     code = run_doctor(ROOT, (Target.GFX942,), out=Console(width=300, file=sys.stdout))
     out = capsys.readouterr().out
     assert code == 1

@@ -1,6 +1,6 @@
 """The CLI through typer's CliRunner: exit codes, one line per error, never a traceback.
 
-Commands that write run against a temporary copy of the project (specs/, templates/, generated/):
+Commands that write run against a temporary copy of the project (specs/, generated/):
 `codegen.cli._project` is pointed at it, so the committed tree is never touched.
 """
 
@@ -40,8 +40,9 @@ def invoke(*args: str):
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the project's specs, templates and generated files, and the CLI pointed at it."""
-    for d in ("specs", "templates", "generated"):
+    """A copy of the project's specs and generated files, and the CLI pointed at it (templates come
+    with the codegen package)."""
+    for d in ("specs", "generated"):
         shutil.copytree(REPO_ROOT / d, tmp_path / d)
     monkeypatch.setattr(cli, "_project", lambda: Project(root=tmp_path))
     return tmp_path

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
+from codegen.families import derived_shapes
 from codegen.gpu import ContainedRunner, NoGpu, detect_gpu, precompile, unsupported_on
 from codegen.lower import lower
-from codegen.ops import derived_shapes
 from codegen.pipeline import Project
 from codegen.verify import verify_case
 

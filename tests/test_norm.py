@@ -5,20 +5,21 @@ verifies, buggy outputs fail, every negative control is rejected, a loose tolera
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from numcheck import check_output
 from spectext import FILE, edit, errors
 
+from codegen.families import derived_shapes, family
+from codegen.families.norm.numerics import NUMERICS as NORM
+from codegen.families.norm.numerics import norm_dropped_chunk
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.lower import lower
-from codegen.ops import LAYERNORM, RMSNORM, derived_shapes, family, norm_dropped_chunk, torch_dtype
 from codegen.pipeline import Project
 from codegen.render import render_all
-from codegen.verify import judge
 
 BASE = """\
 - name: n
@@ -153,24 +154,13 @@ def test_predicated_registers_is_checked_on_the_ragged_chunk_only(target):
 # ---- the checker, on the CPU ----------------------------------------------------------------------
 
 
-def _check(inst, shape, out_fn, kind="normal", scale=None):
-    fam = family(inst)
-    case = fam.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
-    ref, mag = fam.reference(inst, case)
-    out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[1], inst.target))
-    tol = fam.tolerance(inst, shape, inst.target)
-    if scale is not None:
-        tol = replace(tol, scale=scale)
-    return judge(out, ref, mag, tol, fam.controls(inst, case, ref))
-
-
 @pytest.mark.parametrize("kind", ["normal", "wide"])
 @pytest.mark.parametrize("name", ["rmsnorm_bf16", "rmsnorm_bf16_vocab", "layernorm_fp16", "layernorm_fp16_vocab"])
 def test_correct_output_verifies_and_every_control_is_rejected(name, kind):
     inst = FILES[(name, "sm_90")].instance
     for shape in [inst.shapes[0], *derived_shapes(inst)]:
         shape = (min(shape[0], 32), shape[1])  # a few rows are enough on the CPU
-        status, cmp, controls = _check(inst, shape, lambda case, ref: ref, kind=kind)
+        status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind=kind)
         assert status == "verified", (shape, cmp, controls)
         assert set(controls.values()) == {"rejected"}, (shape, controls)
 
@@ -179,7 +169,7 @@ def test_the_fp32_reference_is_inside_the_modelled_accumulation_term():
     # the fp32 reference against float64: the u_acc term must cover it with a wide margin
     for name in ("rmsnorm_fp16_ragged", "layernorm_bf16_ragged"):
         inst = FILES[(name, "sm_90")].instance
-        fam = family(inst)
+        fam = family(inst).numerics
         for kind in ("normal", "wide"):
             case = fam.make_inputs(inst, (16, 5120), seed=1, kind=kind, device="cpu", run_target=inst.target)
             ref, mag = fam.reference(inst, case)
@@ -220,7 +210,7 @@ def test_buggy_outputs_fail(name, bug):
             out[-1, -1] = float("nan")
         return out
 
-    status, cmp, _ = _check(inst, shape, buggy, kind="wide")
+    status, cmp, _ = check_output(inst, shape, buggy, kind="wide")
     assert status == "failed", (bug, cmp)
     assert cmp.mismatch_ratio > 0
 
@@ -228,14 +218,14 @@ def test_buggy_outputs_fail(name, bug):
 @pytest.mark.parametrize("name", ["rmsnorm_fp16", "layernorm_fp16"])
 def test_a_loose_tolerance_is_reported_vacuous(name):
     inst = FILES[(name, "sm_90")].instance
-    status, _, controls = _check(inst, (4, 4096), lambda case, ref: ref, scale=1e6)
+    status, _, controls = check_output(inst, (4, 4096), lambda case, ref: ref, scale=1e6)
     assert status == "vacuous"
     assert any("PASSED" in v for v in controls.values())
 
 
 def test_flop_and_byte_formulas():
     rms, layer = FILES[("rmsnorm_fp16", "sm_90")].instance, FILES[("layernorm_fp16", "sm_90")].instance
-    assert RMSNORM.flops(rms, (8192, 4096)) == 4.0 * 8192 * 4096
-    assert LAYERNORM.flops(layer, (8192, 4096)) == 8.0 * 8192 * 4096
-    assert RMSNORM.bytes(rms, (8192, 4096)) == 8192 * 4096 * (2 + 2) + 4096 * 2  # X, Y, weight
-    assert LAYERNORM.bytes(layer, (8192, 4096)) == 8192 * 4096 * (2 + 2) + 2 * 4096 * 2  # X, Y, weight, bias
+    assert NORM.flops(rms, (8192, 4096)) == 4.0 * 8192 * 4096
+    assert NORM.flops(layer, (8192, 4096)) == 8.0 * 8192 * 4096
+    assert NORM.bytes(rms, (8192, 4096)) == 8192 * 4096 * (2 + 2) + 4096 * 2  # X, Y, weight
+    assert NORM.bytes(layer, (8192, 4096)) == 8192 * 4096 * (2 + 2) + 2 * 4096 * 2  # X, Y, weight, bias

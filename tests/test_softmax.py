@@ -8,17 +8,20 @@ import re
 
 import pytest
 import torch
+from numcheck import check_output
 from spectext import FILE, edit, errors
 
-from codegen.hardware import GFX942, SM_90
+from codegen.families import derived_shapes
+from codegen.families.rows import row_register_budget
+from codegen.families.softmax.numerics import NUMERICS as SOFTMAX
+from codegen.families.softmax.numerics import softmax_dropped_chunk
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.lower import lower
-from codegen.ops import SOFTMAX, derived_shapes, softmax_dropped_chunk, torch_dtype
 from codegen.pipeline import Project
 from codegen.render import render_all
-from codegen.rules import row_register_budget
-from codegen.verify import judge
+from codegen.targets.gfx942 import HW as GFX942
+from codegen.targets.sm90 import HW as SM_90
 
 BASE = """\
 - name: s
@@ -137,24 +140,13 @@ def test_online_reads_the_row_once_two_pass_three_times(target):
 # ---- the checker, on the CPU ----------------------------------------------------------------------
 
 
-def _check(inst, shape, out_fn, kind="normal", scale=None):
-    case = SOFTMAX.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
-    ref, mag = SOFTMAX.reference(inst, case)
-    out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[1], inst.target))
-    tol = SOFTMAX.tolerance(inst, shape, inst.target)
-    if scale is not None:
-        from dataclasses import replace
-        tol = replace(tol, scale=scale)
-    return judge(out, ref, mag, tol, SOFTMAX.controls(inst, case, ref))
-
-
 @pytest.mark.parametrize("kind", ["normal", "wide"])
 @pytest.mark.parametrize("name", ["softmax_fp16_ragged_spec", "softmax_bf16_online_pred", "softmax_fp32_online_spec"])
 def test_correct_output_verifies_and_every_control_is_rejected(name, kind):
     inst = FILES[(name, "sm_90")].instance
     for shape in [inst.shapes[0], *derived_shapes(inst)[1:]]:
         shape = (min(shape[0], 64), shape[1])  # a few rows are enough on the CPU
-        status, cmp, controls = _check(inst, shape, lambda case, ref: ref, kind=kind)
+        status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind=kind)
         assert status == "verified", (shape, cmp, controls)
         assert set(controls.values()) == {"rejected"}, (shape, controls)
 
@@ -178,14 +170,14 @@ def test_buggy_outputs_fail(bug):
             out = (torch.exp(case.X32.half()).float() / torch.exp(case.X32.half()).float().sum(-1, keepdim=True))
         return out
 
-    status, cmp, _ = _check(inst, shape, buggy, kind="wide")
+    status, cmp, _ = check_output(inst, shape, buggy, kind="wide")
     assert status == "failed"
     assert cmp.mismatch_ratio > 0
 
 
 def test_a_loose_tolerance_is_reported_vacuous():
     inst = FILES[("softmax_fp16_two_pass", "sm_90")].instance
-    status, _, controls = _check(inst, (4, 4096), lambda case, ref: ref, scale=1e6)
+    status, _, controls = check_output(inst, (4, 4096), lambda case, ref: ref, scale=1e6)
     assert status == "vacuous"
     assert any("PASSED" in v for v in controls.values())
 

@@ -3,31 +3,24 @@ crashing or hanging kernels. (The GPU runs of real kernels are in test_kernels.p
 
 import os
 import time
+from functools import partial
 
 import pytest
 import torch
+from numcheck import check_output
 
+from codegen.families.gemm.numerics import dropped_k_tile, wrong_operation
 from codegen.gpu import ContainedRunner
 from codegen.hardware import Target
-from codegen.ops import dropped_k_tile, make_inputs, reference, torch_dtype, wrong_operation
 from codegen.pipeline import Project
-from codegen.verify import gemm_tolerance, judge
+from codegen.targets import torch_dtype
 
+_check = partial(check_output, scale=1.0)  # the GEMM checker at the model's own tolerance
 FILES = {f.uri: f for f in Project().rendered()}
 
 
 def _instance(name, target=Target.SM_90):
     return next(f.instance for f in FILES.values() if f.instance.name == name and f.instance.target == target)
-
-
-def _check(inst, shape, out_fn, scale=1.0, kind="normal"):
-    case = make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
-    ref, absprod = reference(case)
-    out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[2], inst.target))
-    controls = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation(case),
-                "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
-    tol = gemm_tolerance(inst.spec_dtypes, inst.target, shape[2], scale)
-    return judge(out, ref, absprod, tol, controls)
 
 
 @pytest.mark.parametrize("kind", ["normal", "wide"])

@@ -1,0 +1,21 @@
+"""The attention family (`op: attention`): FlashAttention-style forward with GQA, a top-left causal
+mask and a pipelined KV loop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codegen.families.attention.instance import make_instance
+from codegen.families.attention.numerics import NUMERICS
+from codegen.families.attention.rules import check
+from codegen.families.attention.spec import AttentionSpec
+from codegen.families.base import Family
+
+FAMILY = Family(
+    name="attention",
+    specs={"attention": AttentionSpec},
+    template_dir=Path(__file__).resolve().parent,
+    check=check,
+    instance=make_instance,
+    numerics=NUMERICS,
+)

@@ -1,0 +1,130 @@
+"""Attention legality rules: named predicates over (spec, target), each yielding `Violation`s.
+
+One workgroup per (query block, head, batch). Both matmuls (S = Q.K^T over head_dim, O += P.V over
+block_n) split the block's query rows among the waves/warps (GemmWarpPolicy.FullRow), so each
+wave owns whole rows of S and the row max/sum never cross waves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from codegen.families.attention.spec import ATTENTION_HEAD_DIMS, AttentionSpec, AttentionTuning
+from codegen.hardware import DTYPE_BYTES, DType
+from codegen.rules import TunedContext, Violation, threads_violations
+from codegen.spec import TailPolicy
+from codegen.targets.base import TargetSpec
+
+ATTENTION_TYPES = (DType.FP16, DType.BF16)
+
+AttentionContext = TunedContext[AttentionSpec, AttentionTuning]
+
+
+# TileLang 0.1.15's T.reduce_max / T.reduce_sum on HIP take a workspace of one fp32 per thread in LDS
+# each (seen in the lowered source: two `workspace` buffers after the tiles); on CUDA they use warp
+# shuffles only.
+ATTENTION_REDUCE_WORKSPACES = 2
+
+
+def attention_lds_bytes(spec: AttentionSpec, tuning: AttentionTuning, target: TargetSpec) -> int:
+    """Shared-memory bytes of one attention workgroup: the Q tile once, the K and V tiles once per
+    pipeline buffer, and the two reductions' workspaces on targets whose reductions take them
+    (reduce_workspace_in_lds: gfx942). Nothing else is allocated in shared memory (S, P, O, max and
+    sum are fragments; O is stored straight from registers)."""
+    t, d, nbytes = tuning.tiling, spec.head_dim, DTYPE_BYTES[spec.dtypes.input]
+    tiles = (t.block_m * d + 2 * t.block_n * d * max(1, tuning.pipeline.stages)) * nbytes
+    workspace = ATTENTION_REDUCE_WORKSPACES * t.threads * 4 if target.reduce_workspace_in_lds else 0
+    return tiles + workspace
+
+
+AttentionRule = Callable[[AttentionContext], Iterator[Violation]]
+
+
+def attn_dtype_supported(c: AttentionContext) -> Iterator[Violation]:
+    d = c.spec.dtypes
+    if d.input not in ATTENTION_TYPES:
+        yield Violation(rule="dtype_supported", path=("dtypes", "input"), value=d.input.value,
+                        message="attention takes fp16 or bf16")
+    if d.out != d.input:
+        yield Violation(rule="dtype_supported", path=("dtypes", "out"), value=d.out.value,
+                        message=f"must equal dtypes.input ({d.input.value})")
+    if d.accumulate != DType.FP32:
+        yield Violation(rule="dtype_supported", path=("dtypes", "accumulate"), value=d.accumulate.value,
+                        message="the scores, running max and sum are kept in fp32: accumulate must be fp32")
+
+
+def attn_head_dim(c: AttentionContext) -> Iterator[Violation]:
+    if c.spec.head_dim not in ATTENTION_HEAD_DIMS:
+        yield Violation(rule="head_dim", path=("head_dim",), value=c.spec.head_dim,
+                        message=f"supported head_dim values are {', '.join(map(str, ATTENTION_HEAD_DIMS))}")
+
+
+def attn_gqa_heads(c: AttentionContext) -> Iterator[Violation]:
+    for i, s in enumerate(c.spec.shapes):
+        if s.heads % s.kv_heads:
+            yield Violation(rule="gqa_heads", path=("shapes", i, "kv_heads"), value=s.kv_heads,
+                            message=f"must divide heads={s.heads} (each K/V head serves heads/kv_heads query heads)")
+
+
+def attn_wave_multiple(c: AttentionContext) -> Iterator[Violation]:
+    yield from threads_violations(c.tuning.tiling.threads, c.hw, c.at("tiling", "threads"))
+
+
+def attn_mma_shape(c: AttentionContext) -> Iterator[Violation]:
+    t, hw = c.tuning.tiling, c.hw
+    mma = hw.mma_shapes[c.spec.dtypes.input][0] if c.spec.dtypes.input in ATTENTION_TYPES else None
+    if mma is None:
+        return  # dtype_supported reports it
+    word = f"{c.spec.dtypes.input.value} MMA tile {mma} on {hw.target}"
+    n_step = max(mma.n, mma.k)  # block_n is the N of Q.K^T and the K of P.V
+    if t.block_n % n_step:
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_n"), value=t.block_n,
+                        message=f"must be a multiple of {n_step} (the N and K of the {word})")
+    if t.threads % hw.wave_lanes or not hw.min_threads <= t.threads <= hw.max_threads_per_workgroup:
+        return  # wave_multiple reports the thread count
+    waves = t.threads // hw.wave_lanes
+    if t.block_m % (waves * mma.m):
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_m"), value=t.block_m,
+                        message=f"must be a multiple of {waves * mma.m}: {waves} {hw.wave_word}s each own whole "
+                                f"{mma.m}-row MMA tiles of the query block (the {word})")
+
+
+def attn_lds_budget(c: AttentionContext) -> Iterator[Violation]:
+    need, have = attention_lds_bytes(c.spec, c.tuning, c.target), c.hw.lds_bytes_per_workgroup
+    if need > have:
+        t, stages = c.tuning.tiling, max(1, c.tuning.pipeline.stages)
+        yield Violation(
+            rule="lds_budget", path=c.at("tiling"), value=None,
+            message=f"Q {t.block_m}x{c.spec.head_dim} + (K + V) {t.block_n}x{c.spec.head_dim} x {stages} stage(s)"
+                    f"{' + reduction workspaces' if c.target.reduce_workspace_in_lds else ''} "
+                    f"need {need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
+                    f"per workgroup on {c.hw.target}")
+
+
+def attn_tail_policy(c: AttentionContext) -> Iterator[Violation]:
+    if c.spec.tail == TailPolicy.SPECIALIZED:
+        yield Violation(rule="tail_policy", path=("tail",), value=c.spec.tail.value,
+                        message="attention has no specialized edge kernels: use none or predicated")
+    if c.spec.tail != TailPolicy.NONE:
+        return
+    t = c.tuning.tiling
+    where = f" on {c.hw.target}" if c.origin["tiling"][0] == "overrides" else ""
+    for i, s in enumerate(c.spec.shapes):
+        dims = (("seq_q", s.seq_q, "block_m", t.block_m), ("seq_kv", s.seq_kv, "block_n", t.block_n))
+        ragged = [f"{d}={v} is not a multiple of {b}={bv}" for d, v, b, bv in dims if v % bv]
+        if ragged:
+            yield Violation(rule="tail_policy", path=("shapes", i), value=None,
+                            message=f"{', '.join(ragged)}{where}: set tail: predicated")
+
+
+ATTENTION_RULES: tuple[AttentionRule, ...] = (
+    attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
+    attn_tail_policy,
+)
+
+
+def check(spec: AttentionSpec, target: TargetSpec) -> list[Violation]:
+    """Every attention legality rule on one target."""
+    tuning, origin = spec.tuning_for(target.target)
+    ctx = AttentionContext(spec=spec, target=target, tuning=tuning, origin=origin)
+    return [v for rule in ATTENTION_RULES for v in rule(ctx)]

@@ -1,0 +1,65 @@
+"""The attention spec model (`op: attention`): FlashAttention-style forward.
+
+One workgroup per (query block of block_m rows, head, batch); KV blocks of block_n keys stream through
+LDS/shared memory with an online softmax (running max and sum in fp32); nothing of seq_q x seq_kv is stored.
+Layout: Q and O [batch, seq_q, heads, head_dim], K and V [batch, seq_kv, kv_heads, head_dim] (README).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
+
+from codegen.hardware import Target
+from codegen.spec import Identifier, Model, Pipeline, PositiveInt, RowDTypes, TailPolicy, resolve_tuning
+
+ATTENTION_HEAD_DIMS = (64, 128)
+
+
+class AttentionShape(Model):
+    batch: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt  # heads share a K/V head in groups of heads // kv_heads (GQA; = heads for MHA)
+    seq_q: PositiveInt
+    seq_kv: PositiveInt
+
+
+class AttentionTiling(Model):
+    block_m: PositiveInt  # query rows per workgroup
+    block_n: PositiveInt  # keys per KV block (one step of the online softmax)
+    threads: PositiveInt
+
+
+class AttentionTuning(Model):
+    """The per-target tunables; `overrides.<target>` may replace any of them for one target."""
+
+    tiling: AttentionTiling
+    pipeline: Pipeline = Pipeline()
+
+
+class AttentionOverride(Model):
+    tiling: AttentionTiling | None = None
+    pipeline: Pipeline | None = None
+
+
+class AttentionSpec(Model):
+    name: Identifier
+    op: Literal["attention"]
+    dtypes: RowDTypes
+    shapes: Annotated[list[AttentionShape], Field(min_length=1)]
+    head_dim: StrictInt  # 64 or 128 (rule head_dim)
+    causal: StrictBool = False  # top-left aligned: query i attends to keys <= i
+    softmax_scale: Annotated[StrictFloat, Field(gt=0)] | None = None  # None: 1/sqrt(head_dim)
+    tiling: AttentionTiling
+    pipeline: Pipeline = Pipeline()
+    tail: TailPolicy = TailPolicy.NONE
+    targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
+    overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
+    allow_spills: StrictBool = False
+    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+
+    def tuning_for(self, target: Target) -> tuple[AttentionTuning, dict[str, tuple[str, ...]]]:
+        """The effective tunables for `target` and, per field, the spec path it came from."""
+        return resolve_tuning(self, AttentionTuning, target)

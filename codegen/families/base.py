@@ -1,0 +1,111 @@
+"""What an operator family provides (`Family`), what verify and bench need of it (`Numerics`), and the
+identity every family's kernel instance shares (`InstanceBase`).
+
+A family is one folder, `codegen/families/<family>/`: its spec model (spec.py), legality rules
+(rules.py), instance -- every template variable a field (instance.py), Jinja template (*.py.j2) and
+numerics (numerics.py: inputs, torch reference, tolerance, negative controls, FLOP/byte formulas,
+baselines, derived edge shapes), assembled into one `Family` in its __init__.py. The registry
+(`codegen.families`) maps each `op:` to its family; stage modules look families up there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel
+
+from codegen.rules import Violation
+from codegen.targets.base import TargetSpec
+
+SHARED_TEMPLATE_DIR = Path(__file__).resolve().parent  # partials shared by several families (_rows.j2)
+
+
+class InstanceBase:
+    """Identity shared by every family's instance: a frozen, keyword-only dataclass with at least the
+    fields name, target, op, template, spec_file, shapes, tail, allow_spills, min_waves_per_simd,
+    verify_tolerance_scale, lds_bytes, threads and tilelang_target, and the methods template_vars(),
+    metadata(uri), summary() and dtype_label()."""
+
+    def canonical(self, template_sha256: str) -> str:
+        data = asdict(self)
+        del data["spec_file"], data["verify_tolerance_scale"]
+        data["template_sha256"] = template_sha256
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    def instance_hash(self, template_sha256: str) -> str:
+        return hashlib.sha256(self.canonical(template_sha256).encode()).hexdigest()
+
+    def uri(self, template_sha256: str) -> str:
+        return f"{self.name}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:8]}"
+
+    @property
+    def out_dir(self) -> PurePosixPath:
+        return PurePosixPath("generated") / self.target.value / self.op
+
+
+def tilelang_target(target: TargetSpec) -> tuple[tuple[str, str], ...]:
+    """The instance field `tilelang_target`: the target's TileLang target as sorted pairs."""
+    return tuple(sorted(target.hw.tilelang_target.items()))
+
+
+def pipelined_loop(extent: str, stages: int, order: tuple[int, ...] | None, stage: tuple[int, ...] | None) -> str:
+    """The loop header of a pipelined main loop: an explicit schedule (targets with
+    explicit_pipeline_schedule), TileLang's num_stages, or a plain loop for one stage."""
+    if order is not None:
+        return f"T.Pipelined({extent}, order={list(order)}, stage={list(stage)})"
+    if stages >= 2:
+        return f"T.Pipelined({extent}, num_stages={stages})"
+    return f"T.serial({extent})"
+
+
+def explicit_schedule(target: TargetSpec, stages: int, copies: int,
+                      compute: int) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[None, None]:
+    """order/stage lists for a loop body of `copies` global->LDS copies then `compute` statements: the
+    copies run in stage 0, stages-1 iterations ahead of the compute. (None, None) where the target
+    schedules num_stages itself, or for fewer than 2 stages."""
+    if not target.explicit_pipeline_schedule or stages < 2:
+        return None, None
+    return tuple(range(copies + compute)), (0,) * copies + (stages - 1,) * compute
+
+
+@dataclass(frozen=True, kw_only=True)
+class Numerics:
+    """What verify and bench need to run and judge one family's kernels. `inst` is the family's
+    instance, `shape` one of its shapes (a tuple of ints), `case` what make_inputs returned."""
+
+    flops: Callable[..., float]  # (inst, shape) -> useful FLOPs
+    bytes: Callable[..., float]  # (inst, shape) -> compulsory DRAM bytes
+    make_inputs: Callable[..., object]  # (inst, shape, *, seed, kind, device, run_target) -> case
+    reference: Callable[..., tuple]  # (inst, case) -> (fp32 reference, error magnitude for the tolerance)
+    tolerance: Callable[..., object]  # (inst, shape, run_target) -> a tolerance with bound(ref, mag), describe()
+    controls: Callable[..., dict]  # (inst, case, ref) -> {name: wrong output}: each must fail the check
+    derived_shapes: Callable[..., list]  # (inst) -> edge shapes verified on top of the spec's
+    out_shape: Callable[..., tuple]  # (inst, shape) -> output tensor shape
+    launch: Callable[..., None]  # (kernel, case, out) -> None
+    baselines: Callable[..., dict]  # (inst, case, out_dtype) -> {name: zero-argument torch fn}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Family:
+    """One operator family, as the registry (`codegen.families`) holds it."""
+
+    name: str  # the folder's name: gemm, softmax, norm, attention
+    specs: Mapping[str, type[BaseModel]]  # `op:` value -> its pydantic spec model (norm: rmsnorm, layernorm)
+    template_dir: Path  # folder of its template(s); an instance's `template` field names the file
+    check: Callable[[BaseModel, TargetSpec], list[Violation]]  # every legality rule on one target
+    instance: Callable[[BaseModel, TargetSpec, str], InstanceBase]  # (spec, target, spec file) -> instance
+    numerics: Numerics
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(self.specs)
+
+    @property
+    def template_path(self) -> tuple[Path, ...]:
+        """Where its templates' names resolve: its own folder, then the shared partials."""
+        return (self.template_dir, SHARED_TEMPLATE_DIR)
+

@@ -1,0 +1,21 @@
+"""The GEMM family (`op: gemm`): C[M, N] = op(A) @ op(B) with A/B layouts, tiles, a pipelined K loop,
+swizzled rasterization and tail policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codegen.families.base import Family
+from codegen.families.gemm.instance import make_instance
+from codegen.families.gemm.numerics import NUMERICS
+from codegen.families.gemm.rules import check
+from codegen.families.gemm.spec import GemmSpec
+
+FAMILY = Family(
+    name="gemm",
+    specs={"gemm": GemmSpec},
+    template_dir=Path(__file__).resolve().parent,
+    check=check,
+    instance=make_instance,
+    numerics=NUMERICS,
+)

@@ -1,0 +1,128 @@
+"""The GEMM instance: one spec resolved for one target; every template variable is a field here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from codegen.families.base import InstanceBase, explicit_schedule, pipelined_loop, tilelang_target
+from codegen.families.gemm.rules import lds_bytes
+from codegen.families.gemm.spec import GemmSpec, WarpPolicy
+from codegen.hardware import Target
+from codegen.spec import TailPolicy
+from codegen.targets import TARGETS
+from codegen.targets.base import TargetSpec
+
+_POLICY = {
+    WarpPolicy.SQUARE: "T.GemmWarpPolicy.Square",
+    WarpPolicy.FULL_ROW: "T.GemmWarpPolicy.FullRow",
+    WarpPolicy.FULL_COL: "T.GemmWarpPolicy.FullCol",
+}
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmInstance(InstanceBase):
+    """A GEMM kernel for one target: C[M, N] = op(A) @ op(B), fully resolved."""
+
+    # identity
+    name: str
+    target: Target
+    op: str = "gemm"
+    template: str = "gemm.py.j2"
+    # provenance (not part of the identity hash)
+    spec_file: str = field(compare=False)
+    # problem
+    shapes: tuple[tuple[int, int, int], ...]
+    a_dtype: str  # TileLang dtype names for this target
+    b_dtype: str
+    out_dtype: str
+    accum_dtype: str
+    spec_dtypes: tuple[str, str, str, str]  # a, b, out, accumulate as written in the spec
+    layout: str
+    trans_a: bool
+    trans_b: bool
+    # tiling and schedule
+    block_m: int
+    block_n: int
+    block_k: int
+    threads: int
+    policy: str
+    stages: int
+    pipeline_order: tuple[int, ...] | None  # explicit schedule (explicit_pipeline_schedule targets); None = TileLang's num_stages
+    pipeline_stage: tuple[int, ...] | None
+    unroll: int
+    swizzle_panel: int
+    k_pack: int | None  # None on targets without k_pack
+    tail: TailPolicy
+    allow_spills: bool
+    min_waves_per_simd: int | None
+    verify_tolerance_scale: float = field(compare=False)  # how the kernel is checked, not what it is
+    lds_bytes: int
+    tilelang_target: tuple[tuple[str, str], ...]
+
+    # ---- template inputs ------------------------------------------------------------------
+    def template_vars(self) -> dict[str, object]:
+        a_shape = "(K, M)" if self.trans_a else "(M, K)"
+        b_shape = "(N, K)" if self.trans_b else "(K, N)"
+        a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
+        b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b else "(BLOCK_K, BLOCK_N)"
+        a_origin = "k * BLOCK_K, row0" if self.trans_a else "row0, k * BLOCK_K"
+        b_origin = "col0, k * BLOCK_K" if self.trans_b else "k * BLOCK_K, col0"
+        loop = pipelined_loop("k_tiles", self.stages, self.pipeline_order, self.pipeline_stage)
+        gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b}", f"policy={_POLICY[WarpPolicy(self.policy)]}"]
+        if self.k_pack is not None and self.k_pack > 1:
+            gemm_args.append(f"k_pack={self.k_pack}")
+        return {
+            "a_shape": a_shape, "b_shape": b_shape, "a_tile": a_tile, "b_tile": b_tile,
+            "a_origin": a_origin, "b_origin": b_origin, "k_loop": loop,
+            "gemm_fn": TARGETS[self.target].gemm_fn,
+            "gemm_args": ", ".join(gemm_args),
+            "target_literal": repr(dict(self.tilelang_target)),
+        }
+
+    def metadata(self, uri: str) -> dict[str, object]:
+        a, b, out, acc = self.spec_dtypes
+        return {
+            "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
+            "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
+            "shapes": [list(s) for s in self.shapes],
+            "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
+                       "threads": self.threads, "policy": self.policy},
+            "pipeline": {"stages": self.stages,
+                         "order": list(self.pipeline_order) if self.pipeline_order else None,
+                         "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
+            "unroll": self.unroll, "swizzle_panel": self.swizzle_panel, "k_pack": self.k_pack,
+            "tail": self.tail.value, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
+        }
+
+    def summary(self) -> dict[str, str]:
+        """The columns of `tilegen list`."""
+        return {"dtypes": "/".join(self.spec_dtypes[:3]), "layout": self.layout,
+                "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
+                "schedule": f"stages {self.stages}", "tail": self.tail.value}
+
+    def dtype_label(self) -> str:
+        return "/".join(self.spec_dtypes[:3])
+
+
+def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmInstance:
+    hw = target.hw
+    tuning, _ = spec.tuning_for(target.target)
+    t = tuning.tiling
+    order, stage = explicit_schedule(target, tuning.pipeline.stages, 2, 1)  # copy A, copy B, gemm
+    d = spec.dtypes
+    return GemmInstance(
+        name=spec.name, target=target.target, spec_file=spec_file,
+        shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
+        a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
+        out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
+        spec_dtypes=(d.a.value, d.b.value, d.out.value, d.accumulate.value),
+        layout=spec.layout.value, trans_a=spec.layout.trans_a, trans_b=spec.layout.trans_b,
+        block_m=t.block_m, block_n=t.block_n, block_k=t.block_k, threads=t.threads, policy=t.policy.value,
+        stages=tuning.pipeline.stages, pipeline_order=order, pipeline_stage=stage,
+        unroll=tuning.unroll, swizzle_panel=tuning.swizzle_panel,
+        k_pack=tuning.k_pack if target.supports_k_pack else None,
+        tail=spec.tail, allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
+        verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=lds_bytes(spec, tuning),
+        tilelang_target=tilelang_target(target),
+    )

@@ -1,0 +1,140 @@
+"""GEMM legality rules: named predicates over (spec, target), each yielding `Violation`s."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout
+from codegen.hardware import DTYPE_BYTES, DType
+from codegen.rules import TunedContext, Violation, threads_violations
+from codegen.spec import TailPolicy
+from codegen.targets.base import TargetSpec
+
+GemmContext = TunedContext[GemmSpec, GemmTuning]
+
+
+def lds_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers."""
+    t = tuning.tiling
+    per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
+    return per_stage * max(1, tuning.pipeline.stages)
+
+
+GemmRule = Callable[[GemmContext], Iterator[Violation]]
+
+
+def dtype_supported(c: GemmContext) -> Iterator[Violation]:
+    d = c.spec.dtypes
+    for field in ("a", "b", "out", "accumulate"):
+        dt = getattr(d, field)
+        if dt not in c.hw.tilelang_dtypes:
+            yield Violation(rule="dtype_supported", path=("dtypes", field), value=dt.value,
+                            message=f"not supported on {c.hw.target}")
+    if d.a != d.b:
+        yield Violation(rule="dtype_supported", path=("dtypes", "b"), value=d.b.value,
+                        message=f"must equal dtypes.a ({d.a.value}): mixed-input MMA is not supported")
+    if d.accumulate != DType.FP32:
+        yield Violation(rule="dtype_supported", path=("dtypes", "accumulate"), value=d.accumulate.value,
+                        message="the accumulator must be fp32")
+    if d.out == DType.FP8_E4M3:
+        yield Violation(rule="dtype_supported", path=("dtypes", "out"), value=d.out.value,
+                        message="fp8 output needs a scale, which the gemm template does not have")
+    if d.a == DType.FP8_E4M3 and c.spec.layout != Layout.NT:
+        yield Violation(rule="dtype_supported", path=("layout",), value=c.spec.layout.value,
+                        message=f"fp8 matrix cores on {c.hw.target} need K-major operands: use layout nt")
+
+
+def wave_multiple(c: GemmContext) -> Iterator[Violation]:
+    yield from threads_violations(c.tuning.tiling.threads, c.hw, c.at("tiling", "threads"))
+
+
+def mma_shape(c: GemmContext) -> Iterator[Violation]:
+    t = c.tuning.tiling
+    mma = c.hw.mma_shapes[c.spec.dtypes.a][0]
+    k_pack = c.tuning.k_pack if c.target.supports_k_pack else 1
+    word = f"{c.spec.dtypes.a.value} MMA tile {mma} on {c.hw.target}"
+    if t.block_m % mma.m:
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_m"), value=t.block_m,
+                        message=f"must be a multiple of {mma.m} (the {word})")
+    if t.block_n % mma.n:
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_n"), value=t.block_n,
+                        message=f"must be a multiple of {mma.n} (the {word})")
+    if t.block_k % (mma.k * k_pack):
+        packed = f" times k_pack={k_pack}" if k_pack > 1 else ""
+        yield Violation(rule="mma_shape", path=c.at("tiling", "block_k"), value=t.block_k,
+                        message=f"must be a multiple of {mma.k * k_pack} (the {word}{packed})")
+    if t.threads % c.hw.wave_lanes or not c.hw.min_threads <= t.threads <= c.hw.max_threads_per_workgroup:
+        return  # wave_multiple reports the thread count; a wave split of it would mean nothing
+    waves = t.threads // c.hw.wave_lanes
+    tiles = (t.block_m // mma.m) * (t.block_n // mma.n)
+    if tiles and tiles % waves:
+        yield Violation(rule="mma_shape", path=c.at("tiling", "threads"), value=t.threads,
+                        message=f"{waves} {c.hw.wave_word}s cannot share the {tiles} {mma} MMA tiles of a "
+                                f"{t.block_m}x{t.block_n} block evenly on {c.hw.target}")
+
+
+def lds_budget(c: GemmContext) -> Iterator[Violation]:
+    need = lds_bytes(c.spec, c.tuning)
+    have = c.hw.lds_bytes_per_workgroup
+    if need > have:
+        t = c.tuning.tiling
+        yield Violation(
+            rule="lds_budget", path=c.at("tiling"), value=None,
+            message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s) need "
+                    f"{need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
+                    f"per workgroup on {c.hw.target}",
+        )
+
+
+def tail_policy(c: GemmContext) -> Iterator[Violation]:
+    if c.spec.tail != TailPolicy.NONE:
+        return
+    t = c.tuning.tiling
+    # the block size is the same on every target unless an override changed it; then say which target
+    where = f" on {c.hw.target}" if c.origin["tiling"][0] == "overrides" else ""
+    for i, s in enumerate(c.spec.shapes):
+        dims = (("m", s.m, "block_m", t.block_m), ("n", s.n, "block_n", t.block_n), ("k", s.k, "block_k", t.block_k))
+        ragged = [f"{d}={v} is not a multiple of {b}={bv}" for d, v, b, bv in dims if v % bv]
+        if ragged:
+            yield Violation(rule="tail_policy", path=("shapes", i), value=None,
+                            message=f"{', '.join(ragged)}{where}: set tail: predicated or specialized")
+
+
+def unroll_fits(c: GemmContext) -> Iterator[Violation]:
+    u = c.tuning.unroll
+    if u == 1:
+        return
+    if c.tuning.pipeline.stages >= 2:
+        yield Violation(rule="unroll_pipeline", path=c.at("unroll"), value=u,
+                        message="a pipelined K loop is scheduled by stages; unroll needs pipeline.stages <= 1")
+    bk = c.tuning.tiling.block_k
+    for i, s in enumerate(c.spec.shapes):
+        if s.k % (bk * u):
+            yield Violation(rule="unroll_divides", path=c.at("unroll"), value=u,
+                            message=f"shapes[{i}].k={s.k} is not a multiple of block_k*unroll={bk * u}")
+
+
+def k_pack_target(c: GemmContext) -> Iterator[Violation]:
+    override = c.spec.overrides.get(c.hw.target)
+    if not c.target.supports_k_pack and override is not None and override.k_pack not in (None, 1):
+        yield Violation(rule="k_pack_target", path=("overrides", c.hw.target.value, "k_pack"), value=override.k_pack,
+                        message=f"k_pack exists only for gfx942's MFMA gemm, not {c.hw.target}")
+
+
+def swizzle_panel(c: GemmContext) -> Iterator[Violation]:
+    p = c.tuning.swizzle_panel
+    if p not in (0, 1) and p & (p - 1):
+        yield Violation(rule="swizzle_panel", path=c.at("swizzle_panel"), value=p,
+                        message="must be 0 (off) or a power of two")
+
+
+GEMM_RULES: tuple[GemmRule, ...] = (
+    dtype_supported, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel,
+)
+
+
+def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:
+    """Every GEMM legality rule on one target."""
+    tuning, origin = spec.tuning_for(target.target)
+    ctx = GemmContext(spec=spec, target=target, tuning=tuning, origin=origin)
+    return [v for rule in GEMM_RULES for v in rule(ctx)]

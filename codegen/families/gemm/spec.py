@@ -1,0 +1,108 @@
+"""The GEMM spec model: C[M, N] = op(A) @ op(B), what the user writes under `op: gemm`."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
+
+from codegen.hardware import DType, Target
+from codegen.spec import (
+    Identifier,
+    Model,
+    NonNegativeInt,
+    Pipeline,
+    PositiveInt,
+    TailPolicy,
+    resolve_tuning,
+)
+
+
+class WarpPolicy(StrEnum):
+    """How TileLang splits a block's tile among its waves/warps (tilelang.GemmWarpPolicy)."""
+
+    SQUARE = "square"
+    FULL_ROW = "full_row"
+    FULL_COL = "full_col"
+
+
+class Layout(StrEnum):
+    """BLAS-style: first letter A, second B. 'n' = stored as written (A: MxK, B: KxN); 't' = stored
+    transposed (A: KxM, B: NxK). 'nt' is nn.Linear's A @ W^T."""
+
+    NN = "nn"
+    NT = "nt"
+    TN = "tn"
+    TT = "tt"
+
+    @property
+    def trans_a(self) -> bool:
+        return self.value[0] == "t"
+
+    @property
+    def trans_b(self) -> bool:
+        return self.value[1] == "t"
+
+
+class GemmDTypes(Model):
+    a: DType
+    b: DType
+    out: DType
+    accumulate: DType = DType.FP32
+
+
+class GemmShape(Model):
+    m: PositiveInt
+    n: PositiveInt
+    k: PositiveInt
+
+
+class Tiling(Model):
+    block_m: PositiveInt
+    block_n: PositiveInt
+    block_k: PositiveInt
+    threads: PositiveInt
+    policy: WarpPolicy = WarpPolicy.SQUARE
+
+
+class GemmTuning(Model):
+    """The per-target tunables; `overrides.<target>` may replace any of them for one target."""
+
+    tiling: Tiling
+    pipeline: Pipeline = Pipeline()
+    unroll: PositiveInt = 1
+    swizzle_panel: NonNegativeInt = 0
+    k_pack: Literal[1, 2] = 1
+
+
+class GemmOverride(Model):
+    tiling: Tiling | None = None
+    pipeline: Pipeline | None = None
+    unroll: PositiveInt | None = None
+    swizzle_panel: NonNegativeInt | None = None
+    k_pack: Literal[1, 2] | None = None
+
+
+class GemmSpec(Model):
+    name: Identifier
+    op: Literal["gemm"]
+    dtypes: GemmDTypes
+    layout: Layout = Layout.NN
+    shapes: Annotated[list[GemmShape], Field(min_length=1)]
+    tiling: Tiling
+    pipeline: Pipeline = Pipeline()
+    unroll: PositiveInt = 1
+    swizzle_panel: NonNegativeInt = 0
+    k_pack: Literal[1, 2] = 1
+    tail: TailPolicy = TailPolicy.NONE
+    targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
+    overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
+    allow_spills: StrictBool = False  # a build with register spills fails unless this is true
+    # multiplies verify's tolerance (README "Verification"); < 1 tightens, > 1 loosens; reported with results
+    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None  # gfx942 occupancy floor for `build`
+
+    def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:
+        """The effective tunables for `target` and, per field, the spec path it came from."""
+        return resolve_tuning(self, GemmTuning, target)

@@ -1,0 +1,308 @@
+"""Machinery shared by the row-wise families (softmax, norm): one row of `cols` elements per workgroup,
+each thread streaming `vector` contiguous elements per chunk of threads*vector columns. The spec base,
+its legality rules, the instance base and the numerics every row family uses alike. Their template
+partial is `_rows.j2`, beside this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
+
+from codegen.families.base import InstanceBase, tilelang_target
+from codegen.hardware import DTYPE_BYTES, DType, Hardware, Target
+from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF
+from codegen.rules import Violation, threads_violations
+from codegen.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy
+from codegen.targets import torch_dtype
+from codegen.targets.base import TargetSpec
+
+# ---- spec -------------------------------------------------------------------------------------------
+# No staged copy (the loads are independent vector loads): there is no `pipeline` field; unrolling the
+# column loop is what keeps several loads in flight.
+
+
+class RowShape(Model):
+    rows: PositiveInt
+    cols: PositiveInt
+
+
+Vector = Literal[1, 2, 4, 8]
+
+
+class RowSpecBase(Model):
+    name: Identifier
+    dtypes: RowDTypes
+    shapes: Annotated[list[RowShape], Field(min_length=1)]
+    threads: PositiveInt
+    vector: Vector = 8  # elements per thread per load (one 16-byte load for fp16/bf16 at 8)
+    unroll: PositiveInt = 1  # unroll factor of the streaming column loops (T.unroll)
+    tail: TailPolicy = TailPolicy.NONE
+    targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
+    allow_spills: StrictBool = False
+    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+
+    @property
+    def row_in_registers(self) -> bool:
+        """Whether the kernel holds the whole row in registers (register budget, always fully unrolled)."""
+        return False
+
+    @property
+    def streaming_variant(self) -> str:
+        """The family's variant that streams the row from global memory (any length), for messages."""
+        raise NotImplementedError
+
+
+# ---- rules ------------------------------------------------------------------------------------------
+# One workgroup per row; a chunk is threads*vector columns (each thread loads `vector` contiguous
+# elements). Block reductions combine 32-lane groups (TileLang's warp_reduce is 32 lanes wide on
+# both targets) through LDS/shared memory.
+
+REDUCE_GROUP_LANES = 32
+ROW_VECTOR_BYTES = 16  # the widest load one thread issues (dwordx4 / LDG.128)
+ROW_TYPES = (DType.FP16, DType.BF16, DType.FP32)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowContext:
+    spec: RowSpecBase
+    target: TargetSpec
+
+    @property
+    def hw(self) -> Hardware:
+        return self.target.hw
+
+
+RowRule = Callable[[RowContext], Iterator[Violation]]
+
+
+def row_chunk(spec: RowSpecBase) -> int:
+    return spec.threads * spec.vector
+
+
+def row_lds_bytes(spec: RowSpecBase) -> int:
+    """LDS/shared memory of a row kernel: one fp32 partial per 32-lane reduction group."""
+    return 4 * max(1, spec.threads // REDUCE_GROUP_LANES)
+
+
+def row_register_budget(hw: Hardware, threads: int) -> int:
+    """fp32 row elements one thread may hold (the online softmax and the registers norm keep the row there):
+    half of what a thread gets when the workgroup's threads share one CU's register file,
+    min(max_registers_per_thread, register_file_bytes_per_cu / 4 / threads) / 2; the other half is
+    left for addresses, statistics and the compiler's temporaries."""
+    per_thread = min(hw.max_registers_per_thread, hw.register_file_bytes_per_cu // 4 // max(threads, 1))
+    return per_thread // 2
+
+
+def row_dtype_supported(c: RowContext) -> Iterator[Violation]:
+    d = c.spec.dtypes
+    for part in ("input", "out"):
+        dt = getattr(d, part)
+        if dt not in ROW_TYPES:
+            yield Violation(rule="dtype_supported", path=("dtypes", part), value=dt.value,
+                            message=f"{c.spec.op} takes fp16, bf16 or fp32")
+    if d.accumulate != DType.FP32:
+        yield Violation(rule="dtype_supported", path=("dtypes", "accumulate"), value=d.accumulate.value,
+                        message="the statistics are kept in fp32: accumulate must be fp32")
+
+
+def row_wave_multiple(c: RowContext) -> Iterator[Violation]:
+    yield from threads_violations(c.spec.threads, c.hw, ("threads",))
+
+
+def row_vector_width(c: RowContext) -> Iterator[Violation]:
+    nbytes = c.spec.vector * DTYPE_BYTES[c.spec.dtypes.input]
+    if nbytes > ROW_VECTOR_BYTES:
+        yield Violation(rule="vector_width", path=("vector",), value=c.spec.vector,
+                        message=f"{c.spec.vector} x {c.spec.dtypes.input.value} is {nbytes} B, over the "
+                                f"{ROW_VECTOR_BYTES}-byte widest load on {c.hw.target}")
+
+
+def row_tail_policy(c: RowContext) -> Iterator[Violation]:
+    if c.spec.tail != TailPolicy.NONE:
+        return
+    chunk = row_chunk(c.spec)
+    for i, s in enumerate(c.spec.shapes):
+        if s.cols % chunk:
+            yield Violation(rule="tail_policy", path=("shapes", i), value=None,
+                            message=f"cols={s.cols} is not a multiple of threads*vector={chunk}: "
+                                    "set tail: predicated or specialized")
+
+
+def row_registers(c: RowContext) -> Iterator[Violation]:
+    spec = c.spec
+    if not spec.row_in_registers:
+        return
+    if spec.threads % c.hw.wave_lanes or spec.threads > c.hw.max_threads_per_workgroup:
+        return  # wave_multiple reports the thread count
+    budget = row_register_budget(c.hw, spec.threads)
+    chunk = row_chunk(spec)
+    for i, s in enumerate(spec.shapes):
+        held = -(-s.cols // chunk) * spec.vector
+        if held > budget:
+            yield Violation(rule="row_registers", path=("shapes", i, "cols"), value=s.cols,
+                            message=f"the {spec.variant.value} variant holds the row in registers: {held} fp32 per "
+                                    f"thread with {spec.threads} threads, over the budget of {budget} on "
+                                    f"{c.hw.target} (more threads, or variant: {spec.streaming_variant})")
+
+
+def row_unroll(c: RowContext) -> Iterator[Violation]:
+    spec = c.spec
+    if spec.row_in_registers and spec.unroll != 1:
+        yield Violation(rule="unroll_variant", path=("unroll",), value=spec.unroll,
+                        message=f"the {spec.variant.value} variant's column loop is always fully unrolled (its row "
+                                f"lives in registers); unroll applies to {spec.streaming_variant}")
+
+
+ROW_RULES: tuple[RowRule, ...] = (
+    row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll,
+)
+
+
+def check_rows(spec: RowSpecBase, target: TargetSpec, extra: tuple[RowRule, ...] = ()) -> list[Violation]:
+    """The row rules, then a family's own `extra` rules, on one target."""
+    ctx = RowContext(spec=spec, target=target)
+    return [v for rule in (*ROW_RULES, *extra) for v in rule(ctx)]
+
+
+# ---- instance ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class RowInstance(InstanceBase):
+    """A row-wise kernel (softmax, rmsnorm, layernorm) over X[rows, cols] for one target: one workgroup
+    per row, each thread loading `vector` contiguous elements per chunk of threads*vector columns."""
+
+    name: str
+    target: Target
+    op: str
+    template: str
+    spec_file: str = field(compare=False)
+    shapes: tuple[tuple[int, int], ...]  # (rows, cols)
+    in_dtype: str  # TileLang dtype names
+    out_dtype: str
+    accum_dtype: str
+    spec_dtypes: tuple[str, str, str]  # input, out, accumulate as written in the spec
+    threads: int
+    vector: int
+    chunk: int  # threads * vector columns per chunk
+    reduce_groups: int  # 32-lane groups whose partials meet in LDS
+    unroll: int
+    tail: TailPolicy
+    allow_spills: bool
+    min_waves_per_simd: int | None
+    verify_tolerance_scale: float = field(compare=False)
+    lds_bytes: int
+    tilelang_target: tuple[tuple[str, str], ...]
+
+    def template_vars(self) -> dict[str, object]:
+        return {"target_literal": repr(dict(self.tilelang_target))}
+
+    def metadata(self, uri: str) -> dict[str, object]:
+        i, o, acc = self.spec_dtypes
+        return {
+            "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
+            "dtypes": {"input": i, "out": o, "accumulate": acc}, "shapes": [list(s) for s in self.shapes],
+            "threads": self.threads, "vector": self.vector, "unroll": self.unroll, "tail": self.tail.value,
+            "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
+            "lds_bytes": self.lds_bytes, **self._family_metadata(),
+        }
+
+    def _family_metadata(self) -> dict[str, object]:
+        return {}
+
+    def summary(self) -> dict[str, str]:
+        return {"dtypes": self.dtype_label(), "layout": "row", "tiling": f"1 row x {self.vector}/thread",
+                "threads": str(self.threads), "schedule": self._schedule(), "tail": self.tail.value}
+
+    def _schedule(self) -> str:
+        return f"unroll {self.unroll}"
+
+    def dtype_label(self) -> str:
+        return "/".join(self.spec_dtypes[:2])
+
+
+def row_fields(spec: RowSpecBase, target: TargetSpec, spec_file: str) -> dict[str, object]:
+    """The RowInstance fields every row-wise family fills alike."""
+    hw = target.hw
+    d = spec.dtypes
+    return {
+        "name": spec.name, "target": target.target, "spec_file": spec_file,
+        "shapes": tuple((s.rows, s.cols) for s in spec.shapes),
+        "in_dtype": hw.tilelang_dtypes[d.input], "out_dtype": hw.tilelang_dtypes[d.out],
+        "accum_dtype": hw.tilelang_dtypes[d.accumulate], "spec_dtypes": (d.input.value, d.out.value, d.accumulate.value),
+        "threads": spec.threads, "vector": spec.vector, "chunk": row_chunk(spec),
+        "reduce_groups": max(1, spec.threads // REDUCE_GROUP_LANES), "unroll": spec.unroll, "tail": spec.tail,
+        "allow_spills": spec.allow_spills, "min_waves_per_simd": spec.min_waves_per_simd,
+        "verify_tolerance_scale": spec.verify_tolerance_scale, "lds_bytes": row_lds_bytes(spec),
+        "tilelang_target": tilelang_target(target),
+    }
+
+
+# ---- numerics ---------------------------------------------------------------------------------------
+
+def row_bytes(inst, rows: int, cols: int) -> float:
+    """Compulsory DRAM traffic of a row kernel: read X and write Y once."""
+    i, o = DType(inst.spec_dtypes[0]), DType(inst.spec_dtypes[1])
+    return float(rows * cols * (DTYPE_BYTES[i] + DTYPE_BYTES[o]))
+
+
+def row_derived_shapes(inst) -> list[tuple[int, int]]:
+    """Edge shapes on top of the spec's: with no tail policy, one and two whole chunks
+    (threads*vector columns); with one, a single column and one column either side of a chunk
+    multiple. Never longer than the spec's longest row (the online variant's register budget)."""
+    c = inst.chunk
+    longest = max(cols for _, cols in inst.shapes)
+    cand = [(1, c), (3, 2 * c)] if inst.tail == TailPolicy.NONE else [(1, 1), (2, c + 1), (3, 2 * c - 1)]
+    return [s for s in cand if s[1] <= max(longest, c)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowCase:
+    X: object  # stored input (device, input dtype)
+    X32: object  # the same rounded values in fp32
+
+
+def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> RowCase:
+    """'normal': X ~ N(0,1). 'wide': each row scaled by e^[-2, 2] and shifted by N(0, 4): a spread of
+    maxima and means."""
+    import torch
+
+    rows, cols = shape
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(rows, cols, generator=g)
+    if kind == "wide":
+        x = x * torch.exp(torch.empty(rows, 1).uniform_(-2, 2, generator=g)) + 2 * torch.randn(rows, 1, generator=g)
+    dt = torch_dtype(inst.spec_dtypes[0], run_target)
+    xq = x.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
+    return RowCase(X=xq.to(device), X32=xq.float().to(device))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowTolerance:
+    """Row-wise families (softmax, rmsnorm, layernorm): tol_ij = u_out*|ref_ij| + eta_out + scale*u_acc*mag_ij, where
+    eta_out is the output dtype's absolute rounding bound in its subnormal range (half the smallest
+    subnormal: softmax outputs of long rows reach it) and the family's reference gives mag (its
+    modelled fp32 error magnitude per element, see each family's numerics)."""
+
+    u_out: float
+    eta_out: float
+    u_acc: float
+    model: str  # mag's formula, for reports
+    scale: float = 1.0
+
+    def describe(self) -> str:
+        return f"{self.u_out:.3g}*|ref| + {self.eta_out:.3g} + {self.scale:g}*{self.u_acc:.3g}*({self.model})"
+
+    def bound(self, ref, mag):
+        return self.u_out * ref.abs() + self.eta_out + self.scale * self.u_acc * mag + TINY
+
+
+def row_tolerance(model: str, spec_dtypes: tuple[str, ...], cols: int, scale: float = 1.0) -> RowTolerance:
+    """`model`: the family's formula of mag with {n} for the row length (e.g. "|ref|*(4*sqrt({n}) + 8)")."""
+    _, out, acc = (DType(d) for d in spec_dtypes)
+    return RowTolerance(u_out=UNIT_ROUNDOFF[out], eta_out=SUBNORMAL_ROUNDOFF[out], u_acc=UNIT_ROUNDOFF[acc],
+                        model=model.format(n=cols), scale=scale)

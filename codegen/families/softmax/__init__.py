@@ -1,0 +1,21 @@
+"""The softmax family (`op: softmax`): softmax over the last dim, two-pass (streamed) or online (the
+row held in registers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codegen.families.base import Family
+from codegen.families.softmax.instance import make_instance
+from codegen.families.softmax.numerics import NUMERICS
+from codegen.families.softmax.rules import check
+from codegen.families.softmax.spec import SoftmaxSpec
+
+FAMILY = Family(
+    name="softmax",
+    specs={"softmax": SoftmaxSpec},
+    template_dir=Path(__file__).resolve().parent,
+    check=check,
+    instance=make_instance,
+    numerics=NUMERICS,
+)

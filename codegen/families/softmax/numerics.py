@@ -1,0 +1,89 @@
+"""Softmax numerics: the FLOP formula, the fp32 reference and its modelled error, the tolerance,
+negative controls and the torch baselines (inputs, bytes and edge shapes: codegen.families.rows)."""
+
+from __future__ import annotations
+
+from codegen.families.base import Numerics
+from codegen.families.rows import RowCase, RowTolerance, row_bytes, row_derived_shapes, row_inputs, row_tolerance
+from codegen.hardware import Target
+from codegen.numerics import compiled_once
+
+TOLERANCE_MODEL = "|ref|*(4*sqrt({n}) + 4*(1 + |x - max|))"  # mag of softmax_reference, for reports
+
+
+def softmax_flops(rows: int, cols: int) -> float:
+    """5 per element: max, subtract, exp, add to the sum, scale by 1/sum (exp counted as one)."""
+    return 5.0 * rows * cols
+
+
+def softmax_reference(case: RowCase):
+    """fp32 softmax of the same rounded inputs, and the per-element error magnitude the tolerance
+    scales by u_acc: |ref| * (4*sqrt(cols) + 4*(1 + |x - max|)) -- the normaliser's accumulation
+    (random walk over cols terms) and the exp of x - max (its argument's rounding grows with it)."""
+    import torch
+
+    x = case.X32
+    ref = torch.softmax(x, dim=-1)
+    spread = (x - x.max(dim=-1, keepdim=True).values).abs()
+    mag = ref.abs() * (4.0 * x.shape[-1] ** 0.5 + 4.0 * (1.0 + spread))
+    return ref, mag
+
+
+def softmax_dropped_chunk(case: RowCase, chunk: int):
+    """Negative control: the first row's max and sum miss its last chunk of `chunk` columns (all of a
+    shorter row) -- what a kernel with a wrong column trip count produces; that chunk is still written."""
+    import torch
+
+    x = case.X32
+    bad = torch.softmax(x, dim=-1)
+    cols = x.shape[-1]
+    k0 = max(0, cols - chunk)
+    if k0 == 0:
+        bad[0] = float("inf")  # nothing left to normalise by
+        return bad
+    kept = x[0, :k0]
+    m = kept.max()
+    bad[0] = torch.exp(x[0] - m) / torch.exp(kept - m).sum()
+    return bad
+
+
+def softmax_controls(inst, case: RowCase, ref) -> dict[str, object]:
+    import torch
+
+    return {
+        "zeros": torch.zeros_like(ref),
+        "wrong_axis": torch.softmax(case.X32, dim=0),  # softmax over rows instead of columns
+        "dropped_chunk": softmax_dropped_chunk(case, inst.chunk),
+    }
+
+
+def softmax_baselines(inst, case: RowCase, out_dtype):
+    import torch
+
+    x = case.X
+    if out_dtype == x.dtype:
+        def op(t):
+            return torch.softmax(t, dim=-1)
+    else:
+        def op(t):
+            return torch.softmax(t, dim=-1, dtype=torch.float32).to(out_dtype)
+    compiled = compiled_once(("softmax", inst.spec_dtypes), op)
+    return {"eager": lambda: op(x), "compile": lambda: compiled(x)}
+
+
+def tolerance(inst, shape, run_target: Target) -> RowTolerance:
+    return row_tolerance(TOLERANCE_MODEL, inst.spec_dtypes, shape[1], inst.verify_tolerance_scale)
+
+
+NUMERICS = Numerics(
+    flops=lambda inst, s: softmax_flops(*s),
+    bytes=lambda inst, s: row_bytes(inst, *s),
+    make_inputs=row_inputs,
+    reference=lambda inst, case: softmax_reference(case),
+    tolerance=tolerance,
+    controls=softmax_controls,
+    derived_shapes=row_derived_shapes,
+    out_shape=lambda inst, s: tuple(s),
+    launch=lambda kernel, case, out: kernel(case.X, out),
+    baselines=softmax_baselines,
+)

@@ -1,0 +1,23 @@
+"""The helper the CPU numerics tests share: judge an output the way verify does, through the family's
+numerics (inputs, reference, tolerance, negative controls), without a GPU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from codegen.families import family
+from codegen.targets import torch_dtype
+from codegen.verify import judge
+
+
+def check_output(inst, shape, out_fn, kind: str = "normal", scale: float | None = None):
+    """(status, comparison, controls) of `out_fn(case, ref)` judged against the family's reference;
+    `scale` replaces the spec's verify_tolerance_scale when given."""
+    fam = family(inst).numerics
+    case = fam.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
+    ref, mag = fam.reference(inst, case)
+    out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[-2], inst.target))  # the output dtype
+    tol = fam.tolerance(inst, shape, inst.target)
+    if scale is not None:
+        tol = replace(tol, scale=scale)
+    return judge(out, ref, mag, tol, fam.controls(inst, case, ref))
