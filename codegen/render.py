@@ -15,7 +15,8 @@ from codegen.errors import TilegenError
 from codegen.files import write_text_atomic
 from codegen.instance import TEMPLATE_DIR, KernelInstance
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+# The templates ship with the package; they are never looked up in the project tilegen works on.
+TEMPLATE_ROOT = Path(__file__).resolve().parents[1] / TEMPLATE_DIR
 GENERATED_DIR = PurePosixPath("generated")
 
 
@@ -55,12 +56,7 @@ def template_sha256(template_root: Path, name: str) -> str:
     return h.hexdigest()
 
 
-def instance_uri(inst: KernelInstance, root: Path = REPO_ROOT) -> str:
-    return inst.uri(template_sha256(root / TEMPLATE_DIR, inst.template))
-
-
-def render(inst: KernelInstance, root: Path = REPO_ROOT) -> RenderedFile:
-    template_root = root / TEMPLATE_DIR
+def render(inst: KernelInstance, template_root: Path = TEMPLATE_ROOT) -> RenderedFile:
     tsha = template_sha256(template_root, inst.template)
     uri = inst.uri(tsha)
     header = (
@@ -77,8 +73,8 @@ def render(inst: KernelInstance, root: Path = REPO_ROOT) -> RenderedFile:
     return RenderedFile(path=inst.out_dir / f"{uri}.py", text=text, uri=uri, instance=inst)
 
 
-def render_all(instances: list[KernelInstance], root: Path = REPO_ROOT) -> list[RenderedFile]:
-    files = [render(i, root) for i in instances]
+def render_all(instances: list[KernelInstance]) -> list[RenderedFile]:
+    files = [render(i) for i in instances]
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):  # cannot happen unless two instances hash alike
         raise TilegenError("two instances render to the same file; their URIs collide")
