@@ -20,8 +20,9 @@ from codegen.hardware import Target
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.lower import lower
-from codegen.render import REPO_ROOT, render_all
+from codegen.render import render_all
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 HEAD_DIMS = [128, 64]
 BLOCK_M = [64, 128]
 BLOCK_N = [16, 32, 64]

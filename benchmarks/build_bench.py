@@ -53,7 +53,7 @@ def spec_to_source(project: Project) -> dict[str, object]:
         samples = []
         for _ in range(20):
             t = time.perf_counter()
-            f = render(inst, project.root)
+            f = render(inst)
             samples.append(time.perf_counter() - t)
         per[f.uri] = statistics.median(samples)
     return {"load_and_validate_s": load_s, "render_s": per}

@@ -46,8 +46,23 @@ def _run(fn):
         _fail(exc)
 
 
+_PROJECT_DIR: list[Path | None] = [None]  # set by the --project option of the app callback
+
+
 def _project() -> Project:
-    return Project()
+    from codegen.project import resolve_root
+
+    return Project(root=_run(lambda: resolve_root(_PROJECT_DIR[0])))
+
+
+@app.callback()
+def _options(
+    project: Annotated[Path | None, typer.Option(
+        "--project", "-C", help="The tilegen project to work on (default: the nearest folder above the current "
+                                "one holding tilegen.toml, else the current folder).", show_default=False)] = None,
+) -> None:
+    """tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200)."""
+    _PROJECT_DIR[0] = project
 
 
 @app.command()
@@ -108,19 +123,34 @@ def lower(
     names: NamesArg = None,
     all_: AllOpt = False,
     target: TargetOpt = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="Where device sources are written.")] = Path("build/lowered"),
+    out_dir: Annotated[Path | None, typer.Option(
+        "--out", help="Where device sources are written (default: <project>/build/lowered).", show_default=False)] = None,
     first_shape: Annotated[bool, typer.Option("--first-shape", help="Only the first shape of each spec.")] = False,
 ) -> None:
     """Lower kernels through TileLang to device source (HIP C++ for gfx942, CUDA C++ for sm_90). No GPU needed."""
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
+    out_dir = out_dir or project.root / "build" / "lowered"
     for k in kernels:
         dest = out_dir / k.relpath
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(k.source, encoding="utf-8")
         out.print(f"{dest}", markup=False)
     out.print(f"lowered {len(kernels)} kernel(s)")
+
+
+@app.command()
+def init(
+    dest: Annotated[Path, typer.Argument(help="Folder of the new project (created if absent).")] = Path("."),
+) -> None:
+    """Write a starter project: tilegen.toml, one spec per operator family, a README stub."""
+    from codegen.scaffold import init_project
+
+    written = _run(lambda: init_project(dest))
+    for p in written:
+        out.print(f"wrote {p}", markup=False)
+    out.print(f"initialised a tilegen project in {dest}: `tilegen -C {dest} validate` checks it", markup=False)
 
 
 @new_app.command("gemm")
@@ -136,29 +166,32 @@ def new_gemm(
 
 Jobs = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel compile processes (default: all cores).")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one kernel case may take before its worker is killed.")]
-ReportDir = Annotated[Path, typer.Option("--out", help="Reports go to OUT/<device>/.")]
+ReportDir = Annotated[Path | None, typer.Option(
+    "--out", help="Reports go to OUT/<device>/ (default: <project>/reports).", show_default=False)]
 
 
 @app.command()
 def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
-           jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
+           jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = None) -> None:
     """Run kernels on the GPU present and compare with torch (fp32 reference, negative controls)."""
     from codegen.gpucli import run_verify
 
-    files = _run(lambda: _project().select(names or [], all_=all_, targets=target))
-    ok = _run(lambda: run_verify(files, out_dir=out_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
+    project = _project()
+    files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    ok = _run(lambda: run_verify(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
     if not ok:
         raise typer.Exit(1)
 
 
 @app.command()
 def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
-          jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = Path("reports")) -> None:
+          jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = None) -> None:
     """Time kernels on the GPU present beside torch eager and torch.compile (same run, L2 flushed)."""
     from codegen.gpucli import run_bench
 
-    files = _run(lambda: _project().select(names or [], all_=all_, targets=target))
-    ok = _run(lambda: run_bench(files, out_dir=out_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
+    project = _project()
+    files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    ok = _run(lambda: run_bench(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
     if not ok:
         raise typer.Exit(1)
 
@@ -172,7 +205,7 @@ def build(
     first_shape: Annotated[bool, typer.Option("--first-shape", help="Only the first shape of each spec.")] = False,
     write_report: Annotated[bool, typer.Option(
         "--write-report", help="Rewrite the committed reports/static/<target>.json (with --all).")] = False,
-    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: .cache/build).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compile kernels for real: gfx942 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
@@ -192,11 +225,12 @@ def doctor(target: TargetOpt = None) -> None:
 
 
 @app.command("run")
-def run_(jobs: Jobs = None, out_dir: ReportDir = Path("reports")) -> None:
+def run_(jobs: Jobs = None, out_dir: ReportDir = None) -> None:
     """The main job on the bundled specs: validate, gen, build, verify, bench, report (skips what cannot run here)."""
     from codegen.mainjob import run_main_job, steps_table
 
-    steps = _run(lambda: run_main_job(_project(), jobs=jobs, report_dir=out_dir, out=out, err=err))
+    project = _project()
+    steps = _run(lambda: run_main_job(project, jobs=jobs, report_dir=out_dir or project.reports_dir, out=out, err=err))
     wide = out if out.is_terminal else Console(file=out.file, width=160, highlight=False)
     wide.print(steps_table(steps))
     if any(s.status == "failed" for s in steps):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 from codegen.errors import TilegenError
@@ -10,8 +11,8 @@ from codegen.hardware import Target
 from codegen.instance import KernelInstance, build_instances
 from codegen.load import load_spec_files
 from codegen.lower import LoweredKernel, lower
+from codegen.project import ProjectConfig, find_project_root, read_config
 from codegen.render import (
-    REPO_ROOT,
     CheckResult,
     GenResult,
     RenderedFile,
@@ -21,22 +22,34 @@ from codegen.render import (
     write_files,
 )
 
-DEFAULT_SPEC_DIR = "specs"
-
 
 @dataclass(frozen=True, kw_only=True)
 class Project:
-    root: Path = REPO_ROOT
+    """The project tilegen works on (codegen.project): specs, generated/, reports/ and caches under `root`."""
+
+    root: Path = field(default_factory=lambda: find_project_root(Path.cwd()))
+
+    @cached_property
+    def config(self) -> ProjectConfig:
+        return read_config(self.root)
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / ".cache"
 
     def spec_paths(self, paths: list[Path] | None) -> list[Path]:
-        return list(paths) if paths else [self.root / DEFAULT_SPEC_DIR]
+        return list(paths) if paths else [self.root / p for p in self.config.specs]
 
     def instances(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[KernelInstance]:
         loaded = load_spec_files(self.spec_paths(paths), self.root)
         return build_instances(loaded, targets)
 
     def rendered(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[RenderedFile]:
-        return render_all(self.instances(paths, targets), self.root)
+        return render_all(self.instances(paths, targets))
 
     def _prune_dirs(self, paths, targets) -> set[PurePosixPath]:
         # Stale files are only pruned/reported when the whole default spec set is generated.

@@ -16,9 +16,10 @@ from codegen.families import family, ops
 from codegen.files import write_text_atomic
 from codegen.instance import KernelInstance
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 GENERATED_DIR = PurePosixPath("generated")
-PACKAGE_DIR = Path(__file__).resolve().parent  # templates are found here (in the installed package), not in a project
+# The templates ship with the package (each family's beside its code, codegen/families/<family>/); they
+# are never looked up in the project tilegen works on.
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +75,7 @@ def _shown(path: Path) -> str:
         return path.name
 
 
-def render(inst: KernelInstance, root: Path = REPO_ROOT) -> RenderedFile:
+def render(inst: KernelInstance) -> RenderedFile:
     search_path = family(inst).template_path
     tsha = template_sha256(search_path, inst.template)
     uri = inst.uri(tsha)
@@ -92,8 +93,8 @@ def render(inst: KernelInstance, root: Path = REPO_ROOT) -> RenderedFile:
     return RenderedFile(path=inst.out_dir / f"{uri}.py", text=text, uri=uri, instance=inst)
 
 
-def render_all(instances: list[KernelInstance], root: Path = REPO_ROOT) -> list[RenderedFile]:
-    files = [render(i, root) for i in instances]
+def render_all(instances: list[KernelInstance]) -> list[RenderedFile]:
+    files = [render(i) for i in instances]
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):  # cannot happen unless two instances hash alike
         raise TilegenError("two instances render to the same file; their URIs collide")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from codegen.errors import SpecError, SpecErrors
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 
 FILE = "specs/x.yaml"
+REPO_ROOT = Path(__file__).resolve().parents[1]  # this repository: a tilegen project (tilegen.toml)
 
 
 def edit(text: str, old: str, new: str) -> str:

@@ -11,12 +11,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from spectext import REPO_ROOT
 from typer.testing import CliRunner
 
 from codegen import cli
 from codegen.cli import app
 from codegen.pipeline import Project
-from codegen.render import REPO_ROOT
 
 runner = CliRunner()
 

@@ -12,11 +12,12 @@ import subprocess
 import sys
 
 import pytest
+from spectext import REPO_ROOT
 
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.pipeline import Project
-from codegen.render import REPO_ROOT, render, render_all
+from codegen.render import render, render_all
 
 BASE = """\
 - name: g

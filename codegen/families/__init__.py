@@ -58,6 +58,15 @@ def registry() -> Mapping[str, Family]:
     return MappingProxyType(by_op)
 
 
+def all_families() -> tuple[Family, ...]:
+    """Every registered family once, in registry order (built-ins first)."""
+    unique: list[Family] = []
+    for fam in registry().values():
+        if not any(fam is f for f in unique):
+            unique.append(fam)
+    return tuple(unique)
+
+
 def ops() -> tuple[str, ...]:
     """Every known `op:` value, sorted."""
     return tuple(sorted(registry()))
@@ -84,5 +93,16 @@ def derived_shapes(inst: InstanceBase) -> list[tuple[int, ...]]:
     return family(inst).numerics.derived_shapes(inst)
 
 
-__all__ = ["ENTRY_POINT_GROUP", "Family", "FamilyRegistryError", "Numerics", "derived_shapes", "family",
-           "family_for_op", "ops", "registry", "spec_model"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Family",
+    "FamilyRegistryError",
+    "Numerics",
+    "all_families",
+    "derived_shapes",
+    "family",
+    "family_for_op",
+    "ops",
+    "registry",
+    "spec_model",
+]

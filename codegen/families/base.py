@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel
@@ -99,6 +99,7 @@ class Family:
     check: Callable[[BaseModel, TargetSpec], list[Violation]]  # every legality rule on one target
     instance: Callable[[BaseModel, TargetSpec, str], InstanceBase]  # (spec, target, spec file) -> instance
     numerics: Numerics
+    starters: Mapping[str, str] = field(default_factory=dict)  # op -> commented starter spec (`tilegen init`)
 
     @property
     def ops(self) -> tuple[str, ...]:

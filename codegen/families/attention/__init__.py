@@ -8,7 +8,7 @@ from pathlib import Path
 from codegen.families.attention.instance import make_instance
 from codegen.families.attention.numerics import NUMERICS
 from codegen.families.attention.rules import check
-from codegen.families.attention.spec import AttentionSpec
+from codegen.families.attention.spec import STARTER, AttentionSpec
 from codegen.families.base import Family
 
 FAMILY = Family(
@@ -18,4 +18,5 @@ FAMILY = Family(
     check=check,
     instance=make_instance,
     numerics=NUMERICS,
+    starters={"attention": STARTER},
 )

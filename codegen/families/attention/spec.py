@@ -63,3 +63,25 @@ class AttentionSpec(Model):
     def tuning_for(self, target: Target) -> tuple[AttentionTuning, dict[str, tuple[str, ...]]]:
         """The effective tunables for `target` and, per field, the spec path it came from."""
         return resolve_tuning(self, AttentionTuning, target)
+
+
+# `tilegen init` writes this as specs/attention.yaml.
+STARTER = """\
+# Attention forward (FlashAttention style): Q, O [batch, seq_q, heads, head_dim], K, V [batch, seq_kv,
+# kv_heads, head_dim]; online softmax over KV blocks; causal masks aligned top-left.
+- name: attn_fp16_d128
+  op: attention
+  dtypes: {input: fp16, out: fp16, accumulate: fp32}
+  shapes:
+    - {batch: 1, heads: 32, kv_heads: 8, seq_q: 2048, seq_kv: 2048}
+  head_dim: 128
+  causal: true
+  tiling: {block_m: 128, block_n: 128, threads: 256}
+  pipeline: {stages: 2}
+  tail: none
+  targets: [gfx942, sm_90]
+  overrides:
+    gfx942:                 # 64 KiB of LDS: Q 128x128 plus one 128x32 K/V buffer
+      tiling: {block_m: 128, block_n: 32, threads: 256}
+      pipeline: {stages: 1}
+"""

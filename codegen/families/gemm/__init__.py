@@ -9,7 +9,7 @@ from codegen.families.base import Family
 from codegen.families.gemm.instance import make_instance
 from codegen.families.gemm.numerics import NUMERICS
 from codegen.families.gemm.rules import check
-from codegen.families.gemm.spec import GemmSpec
+from codegen.families.gemm.spec import STARTER, GemmSpec
 
 FAMILY = Family(
     name="gemm",
@@ -18,4 +18,5 @@ FAMILY = Family(
     check=check,
     instance=make_instance,
     numerics=NUMERICS,
+    starters={"gemm": STARTER.format(name="gemm_fp16_nt")},
 )

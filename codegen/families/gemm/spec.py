@@ -106,3 +106,32 @@ class GemmSpec(Model):
     def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:
         """The effective tunables for `target` and, per field, the spec path it came from."""
         return resolve_tuning(self, GemmTuning, target)
+
+
+# `tilegen new gemm NAME` and `tilegen init` write this, with {name} filled in.
+STARTER = """\
+# tilegen GEMM spec: C[M, N] = op(A) @ op(B). Every field is documented in README.md ("Spec reference").
+- name: {name}              # lower-case identifier: file, kernel and report name
+  op: gemm
+  dtypes: {{a: fp16, b: fp16, out: fp16, accumulate: fp32}}   # fp16 | bf16 | fp32 | fp8_e4m3 (a == b)
+  layout: nt                # nn | nt | tn | tt (first letter A, second B; t = stored transposed; nt = nn.Linear)
+  shapes:                   # concrete problem sizes; ragged sizes need a tail policy
+    - {{m: 4096, n: 4096, k: 4096}}
+  tiling:
+    block_m: 128            # multiples of the MMA tile (gfx942 fp16: 16x16x16)
+    block_n: 128
+    block_k: 32
+    threads: 256            # multiple of 64 on gfx942 (wavefront), of 32 on sm_90 (warp)
+    policy: square          # square | full_row | full_col: how waves split the block
+  pipeline:
+    stages: 2               # 0/1: one LDS buffer; 2+: double/triple-buffered (explicit order/stage on gfx942)
+  unroll: 1                 # K-loop unroll factor (only with stages <= 1)
+  swizzle_panel: 0          # 0 = off; else a power of two: block rasterization panel for L2 reuse
+  k_pack: 1                 # gfx942 only: 1 or 2 MFMA ops packed along K
+  tail: none                # none | predicated | specialized
+  targets: [gfx942, sm_90]
+  # overrides:              # per-target replacements of tiling / pipeline / unroll / swizzle_panel / k_pack
+  #   sm_90:
+  #     tiling: {{block_m: 128, block_n: 256, block_k: 64, threads: 256}}
+  #     pipeline: {{stages: 3}}
+"""

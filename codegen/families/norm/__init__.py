@@ -9,7 +9,7 @@ from codegen.families.base import Family
 from codegen.families.norm.instance import make_instance
 from codegen.families.norm.numerics import NUMERICS
 from codegen.families.norm.rules import check
-from codegen.families.norm.spec import LayerNormSpec, RmsNormSpec
+from codegen.families.norm.spec import LAYERNORM_STARTER, RMSNORM_STARTER, LayerNormSpec, RmsNormSpec
 
 FAMILY = Family(
     name="norm",
@@ -18,4 +18,5 @@ FAMILY = Family(
     check=check,
     instance=make_instance,
     numerics=NUMERICS,
+    starters={"rmsnorm": RMSNORM_STARTER, "layernorm": LAYERNORM_STARTER},
 )

@@ -42,3 +42,35 @@ class RmsNormSpec(NormSpecBase):
 
 class LayerNormSpec(NormSpecBase):
     op: Literal["layernorm"]
+
+
+# `tilegen init` writes these as specs/rmsnorm.yaml and specs/layernorm.yaml.
+RMSNORM_STARTER = """\
+# rmsnorm: Y = X / sqrt(mean(X^2) + eps) * W over the last dim, fp32 statistics.
+- name: rmsnorm_fp16
+  op: rmsnorm
+  dtypes: {input: fp16, out: fp16, accumulate: fp32}
+  eps: 1.0e-6
+  variant: streamed         # streamed (any row length) | registers (row read once into registers)
+  shapes:
+    - {rows: 4096, cols: 4096}
+  threads: 256
+  vector: 8
+  tail: none
+  targets: [gfx942, sm_90]
+"""
+
+LAYERNORM_STARTER = """\
+# layernorm: Y = (X - mean) / sqrt(var + eps) * W + B over the last dim (biased variance), fp32 statistics.
+- name: layernorm_fp16
+  op: layernorm
+  dtypes: {input: fp16, out: fp16, accumulate: fp32}
+  eps: 1.0e-5
+  variant: registers
+  shapes:
+    - {rows: 4096, cols: 4096}
+  threads: 256
+  vector: 8
+  tail: none
+  targets: [gfx942, sm_90]
+"""

@@ -9,7 +9,7 @@ from codegen.families.base import Family
 from codegen.families.softmax.instance import make_instance
 from codegen.families.softmax.numerics import NUMERICS
 from codegen.families.softmax.rules import check
-from codegen.families.softmax.spec import SoftmaxSpec
+from codegen.families.softmax.spec import STARTER, SoftmaxSpec
 
 FAMILY = Family(
     name="softmax",
@@ -18,4 +18,5 @@ FAMILY = Family(
     check=check,
     instance=make_instance,
     numerics=NUMERICS,
+    starters={"softmax": STARTER},
 )

@@ -27,3 +27,19 @@ class SoftmaxSpec(RowSpecBase):
     @property
     def streaming_variant(self) -> str:
         return SoftmaxVariant.TWO_PASS.value
+
+
+# `tilegen init` writes this as specs/softmax.yaml.
+STARTER = """\
+# softmax over the last dim of X[rows, cols], fp32 statistics; one workgroup per row.
+- name: softmax_fp16
+  op: softmax
+  dtypes: {input: fp16, out: fp16, accumulate: fp32}
+  variant: two_pass         # two_pass (any row length) | online (row held in registers, one read)
+  shapes:
+    - {rows: 4096, cols: 4096}
+  threads: 128              # a multiple of 64 on gfx942, of 32 on sm_90
+  vector: 8                 # elements per thread per load (8 x fp16 = one 16-byte load)
+  tail: none                # none | predicated | specialized (cols not a multiple of threads x vector)
+  targets: [gfx942, sm_90]
+"""
