@@ -59,14 +59,17 @@ class Project:
 
     def generate(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> GenResult:
         files = self.rendered(paths, targets)
-        return write_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets))
+        return write_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets),
+                           index=not paths and not targets)
 
     def check(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> CheckResult:
         files = self.rendered(paths, targets)
-        return check_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets))
+        return check_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets),
+                           index=not paths and not targets)
 
     def select(self, names: list[str], *, all_: bool, targets: list[Target] | None) -> list[RenderedFile]:
-        """Rendered files of the named instances (spec name or URI), or of all of them."""
+        """Rendered files of the named kernels (kernel URI: every shape of it; spec name: the kernels that spec
+        asked for, with its shapes only), or of all of them."""
         files = self.rendered(None, targets)
         if all_:
             return files
@@ -74,7 +77,7 @@ class Project:
             raise TilegenError("name a kernel (spec name or URI) or pass --all")
         chosen = []
         for n in names:
-            hits = [f for f in files if n in (f.uri, f.instance.name)]
+            hits = [f for f in files if f.uri == n] or [f.for_spec(n) for f in files if n in f.names]
             if not hits:
                 raise TilegenError(f"no kernel named '{n}' (see `tilegen list`)")
             chosen.extend(hits)

@@ -24,15 +24,29 @@ from codegen.targets.base import TargetSpec
 SHARED_TEMPLATE_DIR = Path(__file__).resolve().parent  # partials shared by several families (_rows.j2)
 
 
+# Instance fields that are not the kernel's identity: the workload (who asked for it, which shapes) and how
+# it is checked (build and verify policies). Two specs that differ only in these get one kernel.
+WORKLOAD_FIELDS = ("name", "spec_file", "shapes")
+POLICY_FIELDS = ("allow_spills", "min_waves_per_simd", "verify_tolerance_scale")
+HASH_HEX = 6  # hex digits of the configuration hash in a kernel's name
+
+
 class InstanceBase:
     """Identity shared by every family's instance: a frozen, keyword-only dataclass with at least the
     fields name, target, op, template, spec_file, shapes, tail, allow_spills, min_waves_per_simd,
-    verify_tolerance_scale, lds_bytes, threads and tilelang_target, and the methods template_vars(),
-    metadata(uri), summary() and dtype_label()."""
+    verify_tolerance_scale, lds_bytes, threads and tilelang_target, and the methods stem(),
+    template_vars(), metadata(uri), summary() and dtype_label().
+
+    A kernel is named by what changes its code: `stem()` (readable: op, dtypes, layout, tiles, schedule,
+    tail), the target, and a short sha256 of the canonical configuration (every field but the workload
+    and the policies, plus the template's hash), e.g. `gemm_fp16_nt_128x256x64_t256_s3_sm90_3f2a9c`.
+    Shapes are the workload beside it: adding one renames nothing."""
+
+    def stem(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} does not name its kernels (stem)")
 
     def canonical(self, template_sha256: str) -> str:
-        data = asdict(self)
-        del data["spec_file"], data["verify_tolerance_scale"]
+        data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS}
         data["template_sha256"] = template_sha256
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
@@ -40,11 +54,21 @@ class InstanceBase:
         return hashlib.sha256(self.canonical(template_sha256).encode()).hexdigest()
 
     def uri(self, template_sha256: str) -> str:
-        return f"{self.name}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:8]}"
+        return f"{self.stem()}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:HASH_HEX]}"
 
     @property
     def out_dir(self) -> PurePosixPath:
         return PurePosixPath("generated") / self.target.value / self.op
+
+
+def dtype_tag(*dtypes: str) -> str:
+    """`fp16` for (fp16, fp16), `fp8_e4m3_bf16` for (fp8_e4m3, bf16): each dtype once, in order."""
+    return "_".join(dict.fromkeys(dtypes))
+
+
+def tail_tag(tail) -> str:
+    """'' for no tail policy, else `_predicated` / `_specialized`."""
+    return "" if str(tail) == "none" else f"_{tail}"
 
 
 def tilelang_target(target: TargetSpec) -> tuple[tuple[str, str], ...]:

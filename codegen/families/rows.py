@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from codegen.families.base import InstanceBase, tilelang_target
+from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
 from codegen.hardware import DTYPE_BYTES, DType, Hardware, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF
 from codegen.rules import Violation, threads_violations
@@ -197,6 +197,14 @@ class RowInstance(InstanceBase):
     verify_tolerance_scale: float = field(compare=False)
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
+
+    def stem(self) -> str:
+        parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", self._variant_tag(), f"t{self.threads}",
+                 f"v{self.vector}"]
+        return "_".join(parts + [f"u{self.unroll}"] * (self.unroll > 1)) + tail_tag(self.tail)
+
+    def _variant_tag(self) -> str:
+        raise NotImplementedError
 
     def template_vars(self) -> dict[str, object]:
         return {"target_literal": repr(dict(self.tilelang_target))}

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from codegen.families.attention.rules import attention_lds_bytes
 from codegen.families.attention.spec import AttentionSpec
-from codegen.families.base import InstanceBase, explicit_schedule, pipelined_loop, tilelang_target
+from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.hardware import Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
@@ -52,6 +52,11 @@ class AttentionInstance(InstanceBase):
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
     uses_rocm_gemm: bool  # the target's gemm_fn is tilelang.rocm.language.gemm, not T.gemm
+
+    def stem(self) -> str:
+        causal = "_causal" if self.causal else ""
+        return (f"attn_{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
+                f"_t{self.threads}_s{self.stages}{tail_tag(self.tail)}")
 
     def template_vars(self) -> dict[str, object]:
         loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)

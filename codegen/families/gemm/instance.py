@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from codegen.families.base import InstanceBase, explicit_schedule, pipelined_loop, tilelang_target
+from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import lds_bytes
 from codegen.families.gemm.spec import GemmSpec, WarpPolicy
 from codegen.hardware import Target
@@ -59,6 +59,15 @@ class GemmInstance(InstanceBase):
     verify_tolerance_scale: float = field(compare=False)  # how the kernel is checked, not what it is
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
+
+    def stem(self) -> str:
+        a, _, out, _ = self.spec_dtypes
+        parts = [f"gemm_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
+                 f"t{self.threads}", f"s{self.stages}"]
+        parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
+        parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
+        parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
+        return "_".join(parts) + tail_tag(self.tail)
 
     # ---- template inputs ------------------------------------------------------------------
     def template_vars(self) -> dict[str, object]:

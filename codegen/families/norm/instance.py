@@ -23,6 +23,9 @@ class NormInstance(RowInstance):
     centered: bool  # subtract the mean (layernorm) -- and divide by the centred, not raw, mean square
     has_bias: bool  # add B (layernorm)
 
+    def _variant_tag(self) -> str:
+        return self.variant
+
     def _family_metadata(self) -> dict[str, object]:
         return {"eps": self.eps, "variant": self.variant}
 

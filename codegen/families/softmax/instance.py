@@ -17,6 +17,9 @@ class SoftmaxInstance(RowInstance):
     template: str = "softmax.py.j2"
     variant: str  # online | two_pass
 
+    def _variant_tag(self) -> str:
+        return self.variant
+
     def _family_metadata(self) -> dict[str, object]:
         return {"variant": self.variant}
 
