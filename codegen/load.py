@@ -163,15 +163,28 @@ def find_spec_files(paths: list[Path]) -> list[Path]:
         elif p.is_file():
             files.add(p)
         else:
-            raise SpecErrors([SpecError(str(p), "no such spec file or folder", "io")])
+            raise SpecErrors([SpecError(_escaped(p.as_posix()), "no such spec file or folder", "io")])
     return sorted(files)
 
 
+def _escaped(text: str) -> str:
+    """`text` on one line of printable ASCII: a newline, a control or a non-ASCII character as its escape."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def display_path(path: Path, root: Path) -> str:
+    """How a spec file is named in messages, generated headers and reports: relative to the project
+    root when inside it. A name holding a control or other non-printable character, a quote or a
+    backslash is refused [file_name]: it would be written into generated code and one-line messages."""
     try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
+        shown = path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
-        return path.as_posix()
+        shown = path.as_posix()
+    bad = next((ch for ch in shown if not ch.isprintable() or ch in "'\"`\\"), None)
+    if bad is not None:
+        raise SpecError(_escaped(shown), f"spec file name holds {bad!r} (no control or non-printable character, "
+                                         "quote or backslash may appear in one): rename the file", "file_name")
+    return shown
 
 
 def load_spec_files(paths: list[Path], root: Path) -> list[LoadedSpec]:
