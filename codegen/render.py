@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 import pprint
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path, PurePosixPath
 
 import jinja2
 
 from codegen.errors import TilegenError
-from codegen.files import write_text_atomic
+from codegen.files import leftover_temp_files, write_text_atomic
 from codegen.instance import TEMPLATE_DIR, KernelInstance
 
 # The templates ship with the package; they are never looked up in the project tilegen works on.
@@ -95,7 +95,7 @@ def render_all(instances: list[KernelInstance]) -> list[RenderedFile]:
 class GenResult:
     written: list[PurePosixPath]
     unchanged: list[PurePosixPath]
-    removed: list[PurePosixPath]
+    removed: list[PurePosixPath]  # stale modules, and temp files an interrupted write left
 
 
 def _existing(root: Path, dirs: set[PurePosixPath]) -> set[PurePosixPath]:
@@ -110,8 +110,14 @@ def _owned_dirs(files: list[RenderedFile]) -> set[PurePosixPath]:
     return {f.path.parent for f in files}
 
 
+def _leftover_temps(root: Path, dirs: set[PurePosixPath]) -> list[PurePosixPath]:
+    """Temp files of an interrupted `gen` (codegen.files) in folders gen writes to."""
+    return sorted(PurePosixPath(p.relative_to(root).as_posix()) for d in dirs for p in leftover_temp_files(root / d))
+
+
 def write_files(files: list[RenderedFile], root: Path, *, prune_dirs: set[PurePosixPath]) -> GenResult:
-    """Write what changed; remove stale generated modules under `prune_dirs`; keep an index."""
+    """Write what changed; remove stale generated modules under `prune_dirs`, and the temp files an
+    interrupted write left there or beside the files written."""
     written, unchanged = [], []
     for f in files:
         dest = root / f.path
@@ -122,8 +128,9 @@ def write_files(files: list[RenderedFile], root: Path, *, prune_dirs: set[PurePo
         written.append(f.path)
     wanted = {f.path for f in files}
     removed = sorted(p for p in _existing(root, prune_dirs) if p not in wanted)
+    removed += _leftover_temps(root, prune_dirs | _owned_dirs(files))
     for p in removed:
-        (root / p).unlink()
+        (root / p).unlink(missing_ok=True)
     return GenResult(written=written, unchanged=unchanged, removed=removed)
 
 
@@ -132,10 +139,11 @@ class CheckResult:
     stale: list[PurePosixPath]
     missing: list[PurePosixPath]
     extra: list[PurePosixPath]
+    leftover: list[PurePosixPath] = field(default_factory=list)  # temp files of an interrupted write
 
     @property
     def clean(self) -> bool:
-        return not (self.stale or self.missing or self.extra)
+        return not (self.stale or self.missing or self.extra or self.leftover)
 
 
 def check_files(files: list[RenderedFile], root: Path, *, prune_dirs: set[PurePosixPath]) -> CheckResult:
@@ -148,7 +156,8 @@ def check_files(files: list[RenderedFile], root: Path, *, prune_dirs: set[PurePo
             stale.append(f.path)
     wanted = {f.path for f in files}
     extra = sorted(p for p in _existing(root, prune_dirs) if p not in wanted)
-    return CheckResult(stale=stale, missing=missing, extra=extra)
+    return CheckResult(stale=stale, missing=missing, extra=extra,
+                       leftover=_leftover_temps(root, prune_dirs | _owned_dirs(files)))
 
 
 def target_dirs(targets, ops=None) -> set[PurePosixPath]:
