@@ -1,23 +1,56 @@
 """`tilegen`: a thin typer CLI. Each command parses options and calls one library function;
-domain errors become one line on stderr and exit code 1 (usage errors: 2)."""
+domain errors become one line on stderr and exit code 1 (usage errors: 2; Ctrl-C: 130)."""
 
 from __future__ import annotations
 
-import json
+import signal
 import sys
+import threading
+
+
+def _interrupted_while_importing(signum, frame) -> None:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
+
+
+# A Ctrl-C while this module is still being imported (typer, rich, pydantic: a few hundred ms) exits
+# 130 as well, without a traceback; Python's handler is put back at the end of the module.
+_SIGINT_HANDLER = (
+    signal.signal(signal.SIGINT, _interrupted_while_importing)
+    if threading.current_thread() is threading.main_thread()
+    and signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
+)
+
+import json
+import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from codegen.errors import SpecError, SpecErrors, TilegenError
 from codegen.hardware import Target
 from codegen.pipeline import Project
 from codegen.starter import starter_spec
+from codegen.workers import load_tilelang, set_tilelang_log_level
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _Commands(TyperGroup):
+    """Ctrl-C ends any command with one line and exit code 130 (click would print "Aborted!" and
+    exit 1). Worker processes were stopped on the way out (codegen.workers)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            err.print("interrupted", markup=False)
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200).")
 new_app = typer.Typer(no_args_is_help=True, help="Write a commented starter spec.")
 app.add_typer(new_app, name="new")
@@ -60,9 +93,12 @@ def _options(
     project: Annotated[Path | None, typer.Option(
         "--project", "-C", help="The tilegen project to work on (default: the nearest folder above the current "
                                 "one holding tilegen.toml, else the current folder).", show_default=False)] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Show TileLang's log lines (INFO and up; default: warnings and errors).")] = False,
 ) -> None:
     """tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200)."""
     _PROJECT_DIR[0] = project
+    set_tilelang_log_level(logging.INFO if verbose else logging.WARNING)
 
 
 @app.command()
@@ -130,6 +166,7 @@ def lower(
     """Lower kernels through TileLang to device source (HIP C++ for gfx942, CUDA C++ for sm_90). No GPU needed."""
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    load_tilelang()  # its logger at the level --verbose chose
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
     out_dir = out_dir or project.root / "build" / "lowered"
     for k in kernels:
@@ -239,3 +276,7 @@ def run_(jobs: Jobs = None, out_dir: ReportDir = None) -> None:
 
 def main() -> None:
     app()
+
+
+if _SIGINT_HANDLER is not None:
+    signal.signal(signal.SIGINT, _SIGINT_HANDLER)
