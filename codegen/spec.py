@@ -16,8 +16,32 @@ from pydantic_core import PydanticCustomError
 
 from codegen.hardware import DType, Target
 
-PositiveInt = Annotated[StrictInt, Field(gt=0)]
-NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+# Ceilings on what one spec (or the spec set) may ask for; over one is a one-line error naming the rule.
+MAX_INT32 = 2**31 - 1  # every size and count (shapes, tiles, threads, unroll): TileLang shapes are int32 [int32]
+MAX_SHAPES = 256  # shapes per spec [too_long]
+MAX_INSTANCES = 1024  # kernel instances (spec entries x targets) in one spec set [instance_limit]
+MAX_FP32 = 3.4028234663852886e38  # eps and softmax_scale become fp32 literals of the kernel [fp32_range]
+
+
+def _int32(value: int) -> int:
+    if value > MAX_INT32:
+        raise PydanticCustomError("int32", f"must be at most {MAX_INT32} (2**31 - 1): TileLang sizes are int32")
+    return value
+
+
+def _fp32(value: float) -> float:
+    if value > MAX_FP32:
+        raise PydanticCustomError("fp32_range", f"must be at most {MAX_FP32:.7g}, the largest fp32: the kernel "
+                                  "computes with it in fp32")
+    return value
+
+
+PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
+# a number > 0 that is finite (inf and nan are refused [finite_number]) and a finite fp32
+PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]
+# verify's tolerance multiplier (README "Verification"); < 1 tightens, > 1 loosens
+ToleranceScale = Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)]
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 
@@ -129,7 +153,7 @@ class GemmSpec(Model):
     op: Literal["gemm"]
     dtypes: GemmDTypes
     layout: Layout = Layout.NN
-    shapes: Annotated[list[GemmShape], Field(min_length=1)]
+    shapes: Annotated[list[GemmShape], Field(min_length=1, max_length=MAX_SHAPES)]
     tiling: Tiling
     pipeline: Pipeline = Pipeline()
     unroll: PositiveInt = 1
@@ -139,8 +163,7 @@ class GemmSpec(Model):
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
     overrides: dict[Target, GemmOverride] = {}
     allow_spills: StrictBool = False  # a build with register spills fails unless this is true
-    # multiplies verify's tolerance (README "Verification"); < 1 tightens, > 1 loosens; reported with results
-    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    verify_tolerance_scale: ToleranceScale = 1.0  # reported with results
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None  # gfx942 occupancy floor for `build`
 
     def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:
@@ -199,14 +222,14 @@ Vector = Literal[1, 2, 4, 8]
 class RowSpecBase(Model):
     name: Identifier
     dtypes: RowDTypes
-    shapes: Annotated[list[RowShape], Field(min_length=1)]
+    shapes: Annotated[list[RowShape], Field(min_length=1, max_length=MAX_SHAPES)]
     threads: PositiveInt
     vector: Vector = 8  # elements per thread per load (one 16-byte load for fp16/bf16 at 8)
     unroll: PositiveInt = 1  # unroll factor of the streaming column loops (T.unroll)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
     allow_spills: StrictBool = False
-    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
 
     @property
@@ -229,7 +252,7 @@ class NormSpecBase(RowSpecBase):
     elements in the input dtype; the statistics streamed over global memory or taken from the row held
     in registers (`variant`)."""
 
-    eps: Annotated[StrictFloat, Field(gt=0)]  # added to the mean square / variance; no default: models differ
+    eps: PositiveFp32  # added to the mean square / variance; no default: models differ
     variant: NormVariant = NormVariant.STREAMED
 
     @property
@@ -283,17 +306,17 @@ class AttentionSpec(Model):
     name: Identifier
     op: Literal["attention"]
     dtypes: RowDTypes
-    shapes: Annotated[list[AttentionShape], Field(min_length=1)]
-    head_dim: StrictInt  # 64 or 128 (rule head_dim)
+    shapes: Annotated[list[AttentionShape], Field(min_length=1, max_length=MAX_SHAPES)]
+    head_dim: PositiveInt  # 64 or 128 (rule head_dim)
     causal: StrictBool = False  # top-left aligned: query i attends to keys <= i
-    softmax_scale: Annotated[StrictFloat, Field(gt=0)] | None = None  # None: 1/sqrt(head_dim)
+    softmax_scale: PositiveFp32 | None = None  # None: 1/sqrt(head_dim)
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]
     overrides: dict[Target, AttentionOverride] = {}
     allow_spills: StrictBool = False
-    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
 
     def tuning_for(self, target: Target) -> tuple[AttentionTuning, dict[str, tuple[str, ...]]]:
