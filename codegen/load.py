@@ -11,8 +11,8 @@ from typing import get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from codegen.errors import SpecError, SpecErrors
-from codegen.spec import SPEC_MODELS, OpSpec
-from codegen.yamlsrc import FieldPath, SourceDoc, format_path, load_yaml
+from codegen.spec import MAX_INSTANCES, SPEC_MODELS, OpSpec
+from codegen.yamlsrc import FieldPath, SourceDoc, format_path, load_yaml, read_spec_text
 
 __all__ = ["LoadedSpec", "format_path", "load_spec_files", "parse_specs"]
 
@@ -123,6 +123,11 @@ def parse_specs(text: str, file: str) -> list[LoadedSpec]:
         entries = [((i,), item) for i, item in enumerate(doc.value)]
         if not entries:
             raise SpecErrors([SpecError(doc.locate(()), "spec file holds an empty list", "empty_file")])
+        if len(entries) > MAX_INSTANCES:  # every entry is at least one kernel instance: refuse before validating any
+            raise SpecErrors([SpecError(doc.locate((MAX_INSTANCES,)),
+                                        f"[{MAX_INSTANCES}]: more than {MAX_INSTANCES} spec entries in one file "
+                                        f"(a spec set may have at most {MAX_INSTANCES} kernel instances)",
+                                        "instance_limit")])
     elif isinstance(doc.value, dict):
         entries = [((), doc.value)]
     else:
@@ -139,7 +144,7 @@ def parse_specs(text: str, file: str) -> list[LoadedSpec]:
             errors.append(SpecError(doc.locate(base), f"op: required field is missing (one of: {known})", "missing"))
             continue
         op = entry["op"]
-        if op not in SPEC_MODELS:
+        if not isinstance(op, str) or op not in SPEC_MODELS:  # a list or mapping is not hashable
             errors.append(SpecError(doc.locate(base + ("op",)), f"op={_short(op)}: unknown operator (known: {known})", "op"))
             continue
         model = SPEC_MODELS[op]
@@ -196,16 +201,24 @@ def load_spec_files(paths: list[Path], root: Path) -> list[LoadedSpec]:
     for f in files:
         shown = display_path(f, root)
         try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(SpecError(shown, f"cannot read spec file: {exc}", "io"))
-            continue
-        try:
-            loaded.extend(parse_specs(text, shown))
+            loaded.extend(parse_specs(read_spec_text(f, shown), shown))
         except SpecErrors as exc:
             errors.extend(exc.errors)
         except SpecError as exc:
             errors.append(exc)
     if errors:
         raise SpecErrors(errors)
+    _check_instance_count(loaded)
     return loaded
+
+
+def _check_instance_count(loaded: list[LoadedSpec]) -> None:
+    """Refuse a spec set of more than MAX_INSTANCES kernel instances (one per spec entry and target), at
+    the entry that crosses the line, before any rule or template runs on it."""
+    count = 0
+    for ls in loaded:
+        count += len(set(ls.spec.targets))
+        if count > MAX_INSTANCES:
+            raise SpecErrors([SpecError(ls.locate(("name",)),
+                                        f"name='{ls.spec.name}': the spec set has more than {MAX_INSTANCES} kernel "
+                                        "instances (spec entries x targets) up to here", "instance_limit")])
