@@ -31,10 +31,8 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Literal, Self
 
@@ -53,6 +51,7 @@ from codegen.spec import TailPolicy
 from codegen.targets import TARGETS, find_toolchain
 from codegen.targets.base import CompileError, Kernel, ReportParseError, Toolchain, symbol_order
 from codegen.toolchain import find_tilelang
+from codegen.workers import WorkerPool, deferred_termination, load_tilelang, tilelang_log_level
 
 # Bump when what a worker stores in an entry changes (file names, launch.json fields); the compiler
 # commands and TileLang's version are in the key already.
@@ -198,13 +197,13 @@ class WorkerResult:
     built: bool = True  # False: another process published the entry while this one waited
 
 
-def _worker_init() -> None:
+def _worker_init(log_level: int) -> None:
     """Silence the worker (TVM prints warnings on fd 2; each job captures into its own log) and pay
     tilelang's import once, outside any job's timing."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
-    import tilelang  # noqa: F401
+    load_tilelang(log_level)
 
 
 @contextmanager
@@ -260,7 +259,9 @@ def _lower_recording_launches(rendered: RenderedFile, shape: Shape) -> tuple[str
 
 
 def run_job(job: BuildJob) -> WorkerResult:
-    """Build one entry under its lock (in a worker process); never raises for a failed build."""
+    """Build one entry under its lock (in a worker process); never raises for a failed build. A
+    worker stopped mid-way (codegen.workers.Terminated) unwinds: its staging folder is removed, a
+    compiler it ran is killed; publishing is not cut in two."""
     cache = BuildCache(job.cache_root)
     with cache.lock(job.key):
         if cache.lookup(job.key).path is not None:
@@ -284,12 +285,13 @@ def run_job(job: BuildJob) -> WorkerResult:
                 except Exception as exc:  # noqa: BLE001 -- a bug in TileLang or here: one build fails, its traceback in the log
                     error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
                     traceback.print_exc()
-            if error is not None:
-                kept = cache.log_path(job.key)
-                kept.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(log, kept)
-                return WorkerResult(key=job.key, error=error, log=kept, lower_s=lower_s, compile_s=compile_s)
-            cache.publish(job.key, stage, job.material)
+            with deferred_termination():
+                if error is not None:
+                    kept = cache.log_path(job.key)
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(log, kept)
+                    return WorkerResult(key=job.key, error=error, log=kept, lower_s=lower_s, compile_s=compile_s)
+                cache.publish(job.key, stage, job.material)
     return WorkerResult(key=job.key, lower_s=lower_s, compile_s=compile_s)
 
 
@@ -404,28 +406,25 @@ def _describe(toolchains: dict[Target, Toolchain]) -> dict[Target, dict[str, str
 def _run_pool(misses: list[tuple[BuildJob, str | None]], n_jobs: int, cache: BuildCache, root: Path,
               done: Callable[[BuildJob, BuildResult], None]) -> None:
     order = sorted(misses, key=lambda m: -m[0].cost)
-    pool = ProcessPoolExecutor(max_workers=min(n_jobs, len(order)), mp_context=get_context("spawn"),
-                               initializer=_worker_init)
     try:
-        futures: dict[Future, tuple[BuildJob, str | None]] = {pool.submit(run_job, job): (job, note) for job, note in order}
-        for fut in as_completed(futures):
-            job, note = futures[fut]
-            try:
-                w = fut.result()
-            except Exception as exc:  # noqa: BLE001 -- the worker died (out of memory, a native crash)
-                w = WorkerResult(key=job.key, error=f"worker failed: {type(exc).__name__}: {exc}")
-            seconds = w.lower_s + w.compile_s
-            if w.error is not None:
-                done(job, _result(job, None, root, status="failed", seconds=seconds, worker=w, note=note))
-                continue
-            hit = cache.lookup(job.key)
-            status: Status = "built" if w.built else "cached"
-            done(job, _result(job, hit.path, root, status=status, seconds=seconds, worker=w,
-                              note=note if hit.path else f"entry unreadable after the build ({hit.problem})"))
+        with WorkerPool(min(n_jobs, len(order)), initializer=_worker_init, initargs=(tilelang_log_level(),)) as pool:
+            for i, outcome in pool.imap_unordered(run_job, [job for job, _ in order]):
+                job, note = order[i]
+                # a worker that died (out of memory, a native crash) fails its build only
+                w = outcome.value if outcome.ok else WorkerResult(key=job.key, error=f"worker failed: {outcome.error}")
+                seconds = w.lower_s + w.compile_s
+                if w.error is not None:
+                    done(job, _result(job, None, root, status="failed", seconds=seconds, worker=w, note=note))
+                    continue
+                hit = cache.lookup(job.key)
+                status: Status = "built" if w.built else "cached"
+                done(job, _result(job, hit.path, root, status=status, seconds=seconds, worker=w,
+                                  note=note if hit.path else f"entry unreadable after the build ({hit.problem})"))
     except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)  # workers clean their staging folders
+        # Ctrl-C: the pool has stopped every worker; one killed before it could clean up left its
+        # staging folder, whose lock is free now
+        cache.sweep_staging()
         raise
-    pool.shutdown(wait=True)
 
 
 # ---- reports ------------------------------------------------------------------------------------
@@ -470,14 +469,16 @@ def summary_table(report: BuildReport) -> Table:
     return table
 
 
-class _ProgressBar:
-    """A progress bar on a terminal (started once the plan is known); elsewhere (CI logs) silent.
-    Failures are printed as they happen either way."""
+class _Progress:
+    """A progress bar on a terminal (started once the plan is known); elsewhere (CI logs, a pipe)
+    one plain line per kernel built or failed. Failures are printed as they happen either way."""
 
     def __init__(self, console: Console):
         self.console = console
         self.progress: Progress | None = None
         self.task = None
+        self.total = 0
+        self.finished = 0
 
     def __enter__(self) -> Self:
         return self
@@ -487,7 +488,11 @@ class _ProgressBar:
             self.progress.stop()
 
     def plan(self, total: int, to_build: int) -> None:
-        if not self.console.is_terminal or not to_build:
+        self.total = total
+        if not to_build:
+            return
+        if not self.console.is_terminal:
+            self.console.print(f"building {to_build} of {total} (rest cached)", markup=False)
             return
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=self.console, transient=True)
@@ -495,21 +500,24 @@ class _ProgressBar:
         self.progress.start()
 
     def advance(self, r: BuildResult) -> None:
+        self.finished += 1
+        what = f"{r.uri} {'x'.join(map(str, r.shape))} {r.target}"
         if self.progress is not None:
             self.progress.update(self.task, advance=1)
+        elif not self.console.is_terminal and r.status != "cached":
+            line = f"[{self.finished}/{self.total}] {r.status} {what} ({r.seconds:.1f} s)"
+            self.console.print(line + (f": {r.error}" if r.error else ""), markup=False)
+            return
         if r.status == "failed":
-            self.console.print(f"failed: {r.uri} {'x'.join(map(str, r.shape))} {r.target}", markup=False)
+            self.console.print(f"failed: {what}", markup=False)
 
 
 def build_and_report(project: Project, opts: BuildOptions, *, as_json: bool, out: Console, err: Console) -> int:
     """The `tilegen build` command: progress on stderr, then the summary table (or the JSON report
-    on stdout), failures with their logs. Returns the exit code."""
-    try:
-        with _ProgressBar(err) as bar:
-            report = build(project, opts, on_plan=bar.plan, on_result=bar.advance)
-    except KeyboardInterrupt:
-        err.print("interrupted: finished entries are cached, none is left half-written", markup=False)
-        return 130
+    on stdout), failures with their logs. Returns the exit code. A Ctrl-C stops every worker and
+    raises KeyboardInterrupt: finished entries are cached, none is left half-written."""
+    with _Progress(err) as bar:
+        report = build(project, opts, on_plan=bar.plan, on_result=bar.advance)
     if as_json:
         docs = {t.value: report.document(t, volatile=True) for t in sorted(report.toolchains)}
         sys.stdout.write(dump_json(docs))

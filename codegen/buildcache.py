@@ -5,7 +5,9 @@ version, compiler fingerprint...). It is assembled in a private staging folder, 
 sha256 and size of every artifact) written last, and moved into place with one rename: readers
 see a whole entry or none. A reader checks every artifact against the manifest, so a corrupt or
 truncated entry is reported and rebuilt, never trusted. Writers of one key are serialised by a
-file lock, so concurrent builds (two shells, parallel test runs) build an entry once.
+file lock, so concurrent builds (two shells, parallel test runs) build an entry once. A staging
+folder is named by its key and only exists while its writer holds that key's lock, so one whose lock
+is free was left by a writer that was killed, and is removed (sweep_staging).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -21,11 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 CACHE_FORMAT = 1
 MANIFEST = "manifest.json"
-STALE_STAGING_S = 6 * 3600  # staging folders older than this were left by a killed build
+STALE_STAGING_S = 6 * 3600  # a staging folder not named by a key (an older layout) is removed at this age
+_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 def cache_key(material: Mapping[str, object]) -> str:
@@ -95,7 +99,7 @@ class BuildCache:
         `publish` moved it into place."""
         parent = self.root / "staging"
         parent.mkdir(parents=True, exist_ok=True)
-        path = Path(tempfile.mkdtemp(prefix=f"{key[:16]}.", dir=parent))
+        path = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=parent))
         try:
             yield path
         finally:
@@ -114,21 +118,34 @@ class BuildCache:
         dest = self.entry(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists():  # a corrupt entry: move it aside first (rename onto a non-empty folder fails)
-            trash = Path(tempfile.mkdtemp(prefix=f"{key[:16]}.old.", dir=self.root / "staging"))
+            trash = Path(tempfile.mkdtemp(prefix=f"{key}.old.", dir=self.root / "staging"))
             os.replace(dest, trash / "entry")
             shutil.rmtree(trash, ignore_errors=True)
         os.replace(staged, dest)
         return dest
 
     def sweep_staging(self) -> None:
-        """Remove staging folders a killed build left behind (a Ctrl-C'd one removes its own)."""
+        """Remove the staging folders no writer is using: those whose key's lock is free (left by a
+        build that was killed mid-way; one stopped by Ctrl-C removes its own)."""
         parent = self.root / "staging"
         if not parent.is_dir():
             return
         now = time.time()
-        for p in parent.iterdir():
+        for p in sorted(parent.iterdir()):
+            key = p.name.split(".")[0]
+            if not _KEY.fullmatch(key):
+                try:
+                    if now - p.stat().st_mtime > STALE_STAGING_S:
+                        shutil.rmtree(p, ignore_errors=True)
+                except OSError:
+                    pass
+                continue
+            lock = self.lock(key)
             try:
-                if now - p.stat().st_mtime > STALE_STAGING_S:
-                    shutil.rmtree(p, ignore_errors=True)
-            except OSError:
-                pass
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue  # being written now
+            try:
+                shutil.rmtree(p, ignore_errors=True)
+            finally:
+                lock.release()

@@ -1,23 +1,59 @@
 """`tilegen`: a thin typer CLI. Each command parses options and calls one library function;
-domain errors become one line on stderr and exit code 1 (usage errors: 2)."""
+domain errors become one line on stderr and exit code 1 (usage errors: 2; Ctrl-C: 130)."""
 
 from __future__ import annotations
 
-import json
+import signal
 import sys
+import threading
+
+
+def _interrupted_while_importing(signum, frame) -> None:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
+
+
+# A Ctrl-C while this module is still being imported (typer, rich, pydantic: a few hundred ms) exits
+# 130 as well, without a traceback; Python's handler is put back at the end of the module.
+_SIGINT_HANDLER = (
+    signal.signal(signal.SIGINT, _interrupted_while_importing)
+    if threading.current_thread() is threading.main_thread()
+    and signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
+)
+
+import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from codegen.errors import SpecError, SpecErrors, TilegenError
+from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.pipeline import Project
+from codegen.render import RenderedFile
 from codegen.starter import starter_spec
+from codegen.workers import load_tilelang, set_tilelang_log_level
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class _Commands(TyperGroup):
+    """Ctrl-C ends any command with one line and exit code 130 (click would print "Aborted!" and
+    exit 1). Worker processes were stopped on the way out (codegen.workers)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            err.print("interrupted", markup=False)
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200).")
 new_app = typer.Typer(no_args_is_help=True, help="Write a commented starter spec.")
 app.add_typer(new_app, name="new")
@@ -60,9 +96,19 @@ def _options(
     project: Annotated[Path | None, typer.Option(
         "--project", "-C", help="The tilegen project to work on (default: the nearest folder above the current "
                                 "one holding tilegen.toml, else the current folder).", show_default=False)] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Show TileLang's log lines (INFO and up; default: warnings and errors).")] = False,
 ) -> None:
     """tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200)."""
     _PROJECT_DIR[0] = project
+    set_tilelang_log_level(logging.INFO if verbose else logging.WARNING)
+
+
+def _require_selection(names: list[str] | None, all_: bool) -> None:
+    """Neither a kernel named nor --all is a usage error: one line, exit 2."""
+    if not names and not all_:
+        err.print("error: name a kernel (spec name or URI) or pass --all", markup=False)
+        raise typer.Exit(2)
 
 
 @app.command()
@@ -73,6 +119,21 @@ def validate(paths: SpecPaths = None) -> None:
     out.print(f"ok: {specs} spec(s), {len(instances)} kernel instance(s)")
 
 
+def _summary_cell(key: str) -> Callable[[RenderedFile], str]:
+    return lambda f: f.instance.summary()[key]
+
+
+# the columns of `tilegen list`: one definition for the terminal table and the plain lines
+LIST_COLUMNS: tuple[tuple[str, Callable[[RenderedFile], str]], ...] = (
+    ("uri", lambda f: f.uri),
+    ("op", lambda f: f.instance.op),
+    ("target", lambda f: f.instance.target.value),
+    *((key, _summary_cell(key)) for key in ("dtypes", "layout", "tiling", "threads", "schedule", "tail")),
+    ("LDS B", lambda f: str(f.instance.lds_bytes)),
+    ("shapes", lambda f: str(len(f.instance.shapes))),
+)
+
+
 @app.command("list")
 def list_(paths: SpecPaths = None, target: TargetOpt = None, as_json: JsonOpt = False) -> None:
     """List kernel instances: name, target, URI, tiling, pipeline, LDS."""
@@ -81,14 +142,15 @@ def list_(paths: SpecPaths = None, target: TargetOpt = None, as_json: JsonOpt = 
         rows = [f.instance.metadata(f.uri) | {"file": str(f.path)} for f in files]
         sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")
         return
+    if not out.is_terminal:  # a pipe or a file: every cell in full, tab-separated, a header line first
+        rows = [[name for name, _ in LIST_COLUMNS]] + [[cell(f) for _, cell in LIST_COLUMNS] for f in files]
+        sys.stdout.write("".join("\t".join(row) + "\n" for row in rows))
+        return
     table = Table(title=f"{len(files)} kernel instance(s)")
-    for col in ("uri", "op", "target", "dtypes", "layout", "tiling", "threads", "schedule", "tail", "LDS B", "shapes"):
-        table.add_column(col)
+    for name, _ in LIST_COLUMNS:
+        table.add_column(name)
     for f in files:
-        i = f.instance
-        s = i.summary()
-        table.add_row(f.uri, i.op, i.target.value, s["dtypes"], s["layout"], s["tiling"], s["threads"], s["schedule"],
-                      s["tail"], str(i.lds_bytes), str(len(i.shapes)))
+        table.add_row(*(cell(f) for _, cell in LIST_COLUMNS))
     out.print(table)
 
 
@@ -102,7 +164,8 @@ def gen(
     project = _project()
     if check:
         result = _run(lambda: project.check(paths, target))
-        for kind, items in (("stale", result.stale), ("missing", result.missing), ("not generated by any spec", result.extra)):
+        for kind, items in (("stale", result.stale), ("missing", result.missing), ("not generated by any spec", result.extra),
+                            ("temporary file left by an interrupted write", result.leftover)):
             for p in items:
                 err.print(f"{p}: {kind}", markup=False)
         if not result.clean:
@@ -128,14 +191,15 @@ def lower(
     first_shape: Annotated[bool, typer.Option("--first-shape", help="Only the first shape of each spec.")] = False,
 ) -> None:
     """Lower kernels through TileLang to device source (HIP C++ for gfx942, CUDA C++ for sm_90). No GPU needed."""
+    _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    load_tilelang()  # its logger at the level --verbose chose
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
     out_dir = out_dir or project.root / "build" / "lowered"
     for k in kernels:
         dest = out_dir / k.relpath
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(k.source, encoding="utf-8")
+        write_text_atomic(dest, k.source)
         out.print(f"{dest}", markup=False)
     out.print(f"lowered {len(kernels)} kernel(s)")
 
@@ -160,7 +224,7 @@ def new_gemm(
 ) -> None:
     """Write a commented starter GEMM spec."""
     project = _project()
-    path = _run(lambda: starter_spec(name, dest, project.root))
+    path = _run(lambda: starter_spec(name, dest, project))
     out.print(f"wrote {path}", markup=False)
 
 
@@ -176,6 +240,7 @@ def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = Non
     """Run kernels on the GPU present and compare with torch (fp32 reference, negative controls)."""
     from codegen.gpucli import run_verify
 
+    _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
     ok = _run(lambda: run_verify(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
@@ -189,6 +254,7 @@ def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None
     """Time kernels on the GPU present beside torch eager and torch.compile (same run, L2 flushed)."""
     from codegen.gpucli import run_bench
 
+    _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
     ok = _run(lambda: run_bench(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
@@ -211,6 +277,7 @@ def build(
     """Compile kernels for real: gfx942 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
     from codegen.build import BuildOptions, build_and_report
 
+    _require_selection(names, all_)
     opts = BuildOptions(names=tuple(names or ()), all_=all_, targets=tuple(target) if target else None, jobs=jobs,
                         first_shape=first_shape, cache_dir=cache_dir, write_report=write_report)
     raise typer.Exit(_run(lambda: build_and_report(_project(), opts, as_json=as_json, out=out, err=err)))
@@ -239,3 +306,7 @@ def run_(jobs: Jobs = None, out_dir: ReportDir = None) -> None:
 
 def main() -> None:
     app()
+
+
+if _SIGINT_HANDLER is not None:
+    signal.signal(signal.SIGINT, _SIGINT_HANDLER)

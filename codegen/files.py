@@ -1,4 +1,8 @@
-"""Writing files so that a reader never sees half of one: temp file in the same folder, then rename."""
+"""Writing files so that a reader never sees half of one: temp file in the same folder, then rename.
+
+A writer killed between the two (SIGKILL, power loss) leaves its temp file `.<name>.<random>.tmp`
+behind; `leftover_temp_files` finds them so the folder's owner can report and remove them.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ import os
 import tempfile
 from pathlib import Path
 
+TEMP_SUFFIX = ".tmp"
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` atomically, with the permissions an ordinary file gets (umask applied)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
@@ -21,3 +27,11 @@ def write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def leftover_temp_files(folder: Path) -> list[Path]:
+    """The temp files write_text_atomic left in `folder` (none while no write is under way), sorted."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX)
+                  and p.is_file())

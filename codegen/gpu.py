@@ -3,24 +3,31 @@
 A kernel that faults (illegal address, device assert) kills its CUDA context; one that hangs never
 returns. So kernels run in a worker process that is restarted after any CUDA error, death or
 timeout, and the parent carries on with the next instance. Compilation is done first, in
-parallel, into TileLang's on-disk kernel cache, so each worker only loads compiled kernels.
+parallel, into TileLang's on-disk kernel cache, so each worker only loads compiled kernels. A Ctrl-C
+reaches the parent only, which stops every worker (codegen.workers).
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from codegen.hardware import DType, Target
 from codegen.render import RenderedFile
 from codegen.targets import HARDWARE, TARGETS
 from codegen.targets.base import DeviceMatch
-
-CTX = mp.get_context("spawn")
+from codegen.workers import (
+    CTX,
+    WorkerPool,
+    end_processes,
+    load_tilelang,
+    set_tilelang_log_level,
+    start_process,
+    tilelang_log_level,
+    worker_signals,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +87,7 @@ def unsupported_on(rendered: RenderedFile, run_target: Target) -> str | None:
 # ---------------------------------------------------------------- compilation (parallel, cached)
 def compile_kernel(rendered: RenderedFile, shape: tuple[int, ...], run_target: Target):
     """Compile (or load from TileLang's cache) one kernel for the GPU present."""
-    import tilelang
+    tilelang = load_tilelang()
     from tvm.target import Target as TvmTarget
 
     from codegen.lower import load_module
@@ -100,15 +107,27 @@ def _compile_job(rendered: RenderedFile, shape, run_target: Target) -> tuple[str
         return rendered.uri, tuple(shape), time.perf_counter() - t0, f"{type(exc).__name__}: {_first_line(exc)}"
 
 
+def _compile_worker_init(log_level: int) -> None:
+    set_tilelang_log_level(log_level)  # applied when compile_kernel imports tilelang
+
+
+def _compile_task(task: tuple[RenderedFile, tuple, Target]) -> tuple[str, tuple, float, str]:
+    return _compile_job(*task)
+
+
 def precompile(jobs: list[tuple[RenderedFile, tuple]], run_target: Target, *, workers: int, progress=None) -> dict:
     """Compile every (kernel, shape) into TileLang's disk cache in parallel; {(uri, shape): error}."""
     errors: dict[tuple[str, tuple], str] = {}
-    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=CTX) as pool:
-        futures = [pool.submit(_compile_job, r, s, run_target) for r, s in jobs]
-        for fut in as_completed(futures):
-            uri, shape, _, error = fut.result()
+    if not jobs:
+        return errors
+    tasks = [(r, tuple(s), run_target) for r, s in jobs]
+    with WorkerPool(min(workers, len(tasks)), initializer=_compile_worker_init,
+                    initargs=(tilelang_log_level(),)) as pool:
+        for i, outcome in pool.imap_unordered(_compile_task, tasks):
+            r, shape, _ = tasks[i]
+            error = outcome.value[3] if outcome.ok else outcome.error  # a dead worker fails its kernel only
             if error:
-                errors[(uri, shape)] = error
+                errors[(r.uri, shape)] = error
             if progress is not None:
                 progress()
     return errors
@@ -131,8 +150,10 @@ def _is_context_fatal(exc: BaseException) -> bool:
                                    "launch failure"))
 
 
-def _worker_main(conn) -> None:
+def _worker_main(conn, log_level: int) -> None:
+    worker_signals()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    set_tilelang_log_level(log_level)  # applied when compile_kernel imports tilelang
     conn.send(("ready",))
     while True:
         try:
@@ -163,9 +184,12 @@ class ContainedRunner:
 
     def _start(self) -> None:
         parent, child = CTX.Pipe()
-        self._proc = CTX.Process(target=_worker_main, args=(child,), daemon=True)
-        self._proc.start()
-        self._conn = parent
+
+        def started(proc) -> None:
+            self._proc, self._conn = proc, parent
+
+        start_process(_worker_main, (child, tilelang_log_level()), daemon=True, started=started)
+        child.close()
         if not parent.poll(self.STARTUP_TIMEOUT_S) or parent.recv() != ("ready",):
             self._stop(kill=True)
             raise RuntimeError(f"worker did not start within {self.STARTUP_TIMEOUT_S:.0f} s")
@@ -214,5 +238,9 @@ class ContainedRunner:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        if exc_type is None:
+            self.close()
+        elif self._proc is not None:  # Ctrl-C: no waiting for the kernel that is running
+            end_processes([self._proc])
+            self._proc = self._conn = None

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ValidationError
 from codegen.errors import SpecError, SpecErrors
 from codegen.families import ops as known_ops
 from codegen.families import spec_model
-from codegen.yamlsrc import FieldPath, SourceDoc, format_path, load_yaml
+from codegen.spec import MAX_INSTANCES
+from codegen.yamlsrc import FieldPath, SourceDoc, format_path, load_yaml, read_spec_text
 
 __all__ = ["LoadedSpec", "format_path", "load_spec_files", "parse_specs"]
 
@@ -121,6 +122,11 @@ def parse_specs(text: str, file: str) -> list[LoadedSpec]:
         entries = [((i,), item) for i, item in enumerate(doc.value)]
         if not entries:
             raise SpecErrors([SpecError(doc.locate(()), "spec file holds an empty list", "empty_file")])
+        if len(entries) > MAX_INSTANCES:  # every entry is at least one kernel instance: refuse before validating any
+            raise SpecErrors([SpecError(doc.locate((MAX_INSTANCES,)),
+                                        f"[{MAX_INSTANCES}]: more than {MAX_INSTANCES} spec entries in one file "
+                                        f"(a spec set may have at most {MAX_INSTANCES} kernel instances)",
+                                        "instance_limit")])
     elif isinstance(doc.value, dict):
         entries = [((), doc.value)]
     else:
@@ -137,7 +143,7 @@ def parse_specs(text: str, file: str) -> list[LoadedSpec]:
             errors.append(SpecError(doc.locate(base), f"op: required field is missing (one of: {known})", "missing"))
             continue
         op = entry["op"]
-        if not isinstance(op, str) or op not in known_ops():
+        if not isinstance(op, str) or op not in known_ops():  # a list or mapping is not hashable
             errors.append(SpecError(doc.locate(base + ("op",)), f"op={_short(op)}: unknown operator (known: {known})", "op"))
             continue
         model = spec_model(op)
@@ -161,15 +167,28 @@ def find_spec_files(paths: list[Path]) -> list[Path]:
         elif p.is_file():
             files.add(p)
         else:
-            raise SpecErrors([SpecError(str(p), "no such spec file or folder", "io")])
+            raise SpecErrors([SpecError(_escaped(p.as_posix()), "no such spec file or folder", "io")])
     return sorted(files)
 
 
+def _escaped(text: str) -> str:
+    """`text` on one line of printable ASCII: a newline, a control or a non-ASCII character as its escape."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def display_path(path: Path, root: Path) -> str:
+    """How a spec file is named in messages, generated headers and reports: relative to the project
+    root when inside it. A name holding a control or other non-printable character, a quote or a
+    backslash is refused [file_name]: it would be written into generated code and one-line messages."""
     try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
+        shown = path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
-        return path.as_posix()
+        shown = path.as_posix()
+    bad = next((ch for ch in shown if not ch.isprintable() or ch in "'\"`\\"), None)
+    if bad is not None:
+        raise SpecError(_escaped(shown), f"spec file name holds {bad!r} (no control or non-printable character, "
+                                         "quote or backslash may appear in one): rename the file", "file_name")
+    return shown
 
 
 def load_spec_files(paths: list[Path], root: Path) -> list[LoadedSpec]:
@@ -181,16 +200,24 @@ def load_spec_files(paths: list[Path], root: Path) -> list[LoadedSpec]:
     for f in files:
         shown = display_path(f, root)
         try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.append(SpecError(shown, f"cannot read spec file: {exc}", "io"))
-            continue
-        try:
-            loaded.extend(parse_specs(text, shown))
+            loaded.extend(parse_specs(read_spec_text(f, shown), shown))
         except SpecErrors as exc:
             errors.extend(exc.errors)
         except SpecError as exc:
             errors.append(exc)
     if errors:
         raise SpecErrors(errors)
+    _check_instance_count(loaded)
     return loaded
+
+
+def _check_instance_count(loaded: list[LoadedSpec]) -> None:
+    """Refuse a spec set of more than MAX_INSTANCES kernel instances (one per spec entry and target), at
+    the entry that crosses the line, before any rule or template runs on it."""
+    count = 0
+    for ls in loaded:
+        count += len(set(ls.spec.targets))
+        if count > MAX_INSTANCES:
+            raise SpecErrors([SpecError(ls.locate(("name",)),
+                                        f"name='{ls.spec.name}': the spec set has more than {MAX_INSTANCES} kernel "
+                                        "instances (spec entries x targets) up to here", "instance_limit")])

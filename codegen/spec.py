@@ -13,15 +13,39 @@ import re
 from enum import StrEnum
 from typing import Annotated, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from pydantic_core import PydanticCustomError
 
 from codegen.hardware import DType, Target
 
 Tm = TypeVar("Tm", bound=BaseModel)
 
-PositiveInt = Annotated[StrictInt, Field(gt=0)]
-NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+# Ceilings on what one spec (or the spec set) may ask for; over one is a one-line error naming the rule.
+MAX_INT32 = 2**31 - 1  # every size and count (shapes, tiles, threads, unroll): TileLang shapes are int32 [int32]
+MAX_SHAPES = 256  # shapes per spec [too_long]
+MAX_INSTANCES = 1024  # kernel instances (spec entries x targets) in one spec set [instance_limit]
+MAX_FP32 = 3.4028234663852886e38  # eps and softmax_scale become fp32 literals of the kernel [fp32_range]
+
+
+def _int32(value: int) -> int:
+    if value > MAX_INT32:
+        raise PydanticCustomError("int32", f"must be at most {MAX_INT32} (2**31 - 1): TileLang sizes are int32")
+    return value
+
+
+def _fp32(value: float) -> float:
+    if value > MAX_FP32:
+        raise PydanticCustomError("fp32_range", f"must be at most {MAX_FP32:.7g}, the largest fp32: the kernel "
+                                  "computes with it in fp32")
+    return value
+
+
+PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
+# a number > 0 that is finite (inf and nan are refused [finite_number]) and a finite fp32
+PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]
+# verify's tolerance multiplier (README "Verification"); < 1 tightens, > 1 loosens
+ToleranceScale = Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)]
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
 

@@ -5,12 +5,18 @@ line and column; duplicate keys, merge keys, non-string keys and tags other than
 list and mapping ones are errors. Plain scalars are typed by YAML 1.2's core schema, not PyYAML's
 YAML 1.1 one: `yes`/`no`/`on`/`off` stay strings and `010` is not octal 8, so neither slips through
 validation as a surprise bool or number.
+
+Hostile input is refused before it costs anything (`LIMITS`): the file's size before it is parsed,
+then the nesting depth, alias uses and node count after alias expansion, counted event by event as
+the parser streams (PyYAML's parser is an iterative state machine; its composer and our builder recurse,
+so they only ever see a document whose depth is already known to be bounded).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
@@ -20,11 +26,33 @@ from codegen.errors import Location, SpecError
 FieldPath = tuple[str | int, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class YamlLimits:
+    """What one spec file may cost; over a limit is a one-line error [yaml_limit]. The seeds in specs/ are
+    at most 3.2 KB and 500 nodes; a spec with 256 flow-style shapes is about 1,900 nodes. PyYAML's pure-Python
+    scanner and composer take ~1 s for 20,000 nodes of spec text or 1 MiB of blank lines, so these keep a file
+    just inside every limit to about a second; one over a limit is refused in well under that (README "Bad input")."""
+
+    max_bytes: int = 256 * 1024  # checked before the text is read in full or parsed
+    max_depth: int = 32  # nested lists/mappings, aliases expanded (a spec needs 4)
+    max_aliases: int = 100  # uses of `*name`
+    max_nodes: int = 20_000  # scalars, lists and mappings after alias expansion
+
+
+LIMITS = YamlLimits()
+
+
 def format_path(path: FieldPath) -> str:
-    """`("tiling", "threads")` -> `tiling.threads`; `("shapes", 0, "m")` -> `shapes[0].m`."""
+    """`("tiling", "threads")` -> `tiling.threads`; `("shapes", 0, "m")` -> `shapes[0].m`. A key that is not
+    printable on one line is shown quoted and escaped (`['a\\nb']`)."""
     out = ""
     for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not part.isprintable() or not part:
+            out += f"[{part!r}]"
+        else:
+            out += f".{part}" if out else part
     return out
 
 
@@ -79,8 +107,97 @@ class SourceDoc:
             p = p[:-1]
 
 
-def _loc(file: str, node: yaml.Node) -> Location:
+def _loc(file: str, node: yaml.Node | yaml.Event) -> Location:
     return Location(file=file, line=node.start_mark.line + 1, col=node.start_mark.column + 1)
+
+
+@dataclass
+class _Open:
+    """A list or mapping whose end event has not come yet."""
+
+    anchor: str | None
+    nodes_before: int  # the document's node count before this collection
+    level: int  # 1 for the root collection
+    deepest: int  # the deepest level seen inside it, aliases expanded
+
+
+class _Budget:
+    """Checks `LIMITS` on a stream of parser events, one event at a time and before the composer sees it.
+
+    An alias counts as the nodes and levels of the node it names, so a "billion laughs" file is refused
+    after a few hundred events instead of being expanded."""
+
+    def __init__(self, file: str):
+        self.file = file
+        self.nodes = 0
+        self.aliases = 0
+        self.open: list[_Open] = []
+        self.anchors: dict[str, tuple[int, int]] = {}  # anchor -> (nodes, levels) of the node it names
+
+    def _refuse(self, event: yaml.Event, message: str, rule: str = "yaml_limit") -> SpecError:
+        return SpecError(_loc(self.file, event), message, rule)
+
+    def _add(self, event: yaml.Event, nodes: int, levels: int, what: str) -> None:
+        self.nodes += nodes
+        depth = len(self.open) + levels
+        if depth > LIMITS.max_depth:
+            raise self._refuse(event, f"{what} nests deeper than {LIMITS.max_depth} levels")
+        if self.nodes > LIMITS.max_nodes:
+            raise self._refuse(event, f"{what} takes the document past {LIMITS.max_nodes} nodes")
+        if self.open:
+            self.open[-1].deepest = max(self.open[-1].deepest, depth)
+
+    def see(self, event: yaml.Event) -> None:
+        if isinstance(event, yaml.AliasEvent):
+            self.aliases += 1
+            what = f"alias *{event.anchor}"
+            if self.aliases > LIMITS.max_aliases:
+                raise self._refuse(event, f"{what}: more than {LIMITS.max_aliases} aliases")
+            if any(o.anchor == event.anchor for o in self.open):
+                raise self._refuse(event, f"{what} refers to a node that contains it", "yaml")
+            nodes, levels = self.anchors.get(event.anchor, (1, 0))  # undefined: the composer says so
+            self._add(event, nodes, levels, what)
+        elif isinstance(event, yaml.ScalarEvent):
+            self._add(event, 1, 0, "this value")
+            if event.anchor is not None:
+                self.anchors[event.anchor] = (1, 0)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            self._add(event, 1, 1, "this list" if isinstance(event, yaml.SequenceStartEvent) else "this mapping")
+            level = len(self.open) + 1
+            self.open.append(_Open(anchor=event.anchor, nodes_before=self.nodes - 1, level=level, deepest=level))
+        elif isinstance(event, yaml.CollectionEndEvent) and self.open:
+            done = self.open.pop()
+            if self.open:
+                self.open[-1].deepest = max(self.open[-1].deepest, done.deepest)
+            if done.anchor is not None:
+                self.anchors[done.anchor] = (self.nodes - done.nodes_before, done.deepest - done.level + 1)
+
+
+class _BoundedLoader(_CoreSchemaLoader):
+    """The composer pulls every event through `get_event`: each is checked before it is composed."""
+
+    def __init__(self, stream: str, budget: _Budget):
+        super().__init__(stream)
+        self._budget = budget
+
+    def get_event(self) -> yaml.Event:
+        event = super().get_event()
+        self._budget.see(event)
+        return event
+
+
+def _prescan(text: str, file: str) -> None:
+    """Refuse an over-limit document fast: libyaml's parser streams events ~20x faster than PyYAML's, and
+    nothing is composed. Only a speed-up: the composer checks the same limits on PyYAML's own events, so a
+    document libyaml cannot parse is left to PyYAML, whose message the user then sees."""
+    if not yaml.__with_libyaml__:
+        return
+    budget = _Budget(file)
+    try:
+        for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+            budget.see(event)
+    except (yaml.YAMLError, ValueError):  # ValueError: libyaml takes only text that encodes as UTF-8
+        return
 
 
 class _Builder:
@@ -130,10 +247,36 @@ def _where(path: FieldPath) -> str:
     return f"{format_path(inner)}: " if inner else ""
 
 
-def load_yaml(text: str, file: str) -> SourceDoc:
-    """Parse `text` (named `file` in messages). Raises SpecError on syntax errors and duplicate keys."""
+def _too_big(file: str) -> SpecError:
+    return SpecError(Location(file=file, line=1, col=1), f"spec file is over the {LIMITS.max_bytes}-byte limit",
+                     "yaml_limit")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _compose(text: str, file: str) -> yaml.Node | None:
+    _prescan(text, file)
+    loader = _BoundedLoader(text, _Budget(file))
     try:
-        node = yaml.compose(text, Loader=_CoreSchemaLoader)
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
+def load_yaml(text: str, file: str) -> SourceDoc:
+    """Parse `text` (named `file` in messages). Raises SpecError on syntax errors, duplicate keys and
+    documents over `LIMITS`."""
+    if len(text) > LIMITS.max_bytes or len(text.encode("utf-8", "surrogatepass")) > LIMITS.max_bytes:
+        raise _too_big(file)
+    try:
+        node = _compose(text, file)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow; it has a position, not a mark
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise SpecError(Location(file=file, line=line, col=col),
+                        f"YAML syntax error: character U+{ord(exc.character) if isinstance(exc.character, str) else exc.character:04X} is not allowed", "yaml") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = Location(file=file, line=mark.line + 1, col=mark.column + 1) if mark else Location(file=file, line=1, col=1)
@@ -141,11 +284,28 @@ def load_yaml(text: str, file: str) -> SourceDoc:
         ctx = exc.context_mark
         if exc.problem and exc.context and ctx and (ctx.line, ctx.column) != (mark.line, mark.column):
             message += f" ({exc.context} started at line {ctx.line + 1}, column {ctx.column + 1})"
-        raise SpecError(where, message, "yaml") from None
+        raise SpecError(where, _one_line(message), "yaml") from None
     except yaml.YAMLError as exc:
-        raise SpecError(Location(file=file, line=1, col=1), f"YAML error: {exc}", "yaml") from None
+        raise SpecError(Location(file=file, line=1, col=1), f"YAML error: {_one_line(exc)}", "yaml") from None
     if node is None:
         raise SpecError(Location(file=file, line=1, col=1), "spec file is empty", "empty_file")
     builder = _Builder(file)
     value = builder.build(node, ())
     return SourceDoc(file=file, value=value, value_marks=builder.value_marks, key_marks=builder.key_marks)
+
+
+def read_spec_text(path: Path, display: str) -> str:
+    """The text of a spec file, refused unread past `LIMITS.max_bytes` (at most one byte more is read, so a
+    huge file or an endless device costs nothing)."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(LIMITS.max_bytes + 1)
+    except OSError as exc:
+        raise SpecError(display, f"cannot read spec file: {exc}", "io") from None
+    if len(data) > LIMITS.max_bytes:
+        raise _too_big(display)
+    try:  # newlines as `Path.read_text` gives them (universal newlines), so the file's sha256 is unchanged
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        raise SpecError(display, f"cannot read spec file: {exc}", "io") from None
+

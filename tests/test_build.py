@@ -224,6 +224,45 @@ def test_interrupted_staging_leaves_no_entry(tmp_path):
     assert list((tmp_path / "staging").iterdir()) == []
 
 
+def test_sweep_removes_the_staging_folders_of_killed_writers_only(tmp_path):
+    """A staging folder exists while its writer holds the key's lock; one whose lock is free was left
+    by a writer killed mid-build (SIGKILL: no cleanup ran)."""
+    cache = BuildCache(tmp_path)
+    dead, alive = cache_key({"uri": "dead"}), cache_key({"uri": "alive"})
+    (tmp_path / "staging").mkdir()
+    for key in (dead, alive):
+        (tmp_path / "staging" / f"{key}.x1y2z3").mkdir()
+        (tmp_path / "staging" / f"{key}.x1y2z3" / "kernel.hip").write_text("half")
+    with cache.lock(alive):  # a writer at work (another process holds it the same way)
+        cache.sweep_staging()
+    assert [p.name for p in (tmp_path / "staging").iterdir()] == [f"{alive}.x1y2z3"]
+    cache.sweep_staging()
+    assert list((tmp_path / "staging").iterdir()) == []
+
+
+def test_progress_is_one_plain_line_per_kernel_built_when_not_a_terminal():
+    from io import StringIO
+
+    from rich.console import Console
+
+    def result(status: str, seconds: float, error: str | None = None) -> BuildResult:
+        return BuildResult(uri=f"k_{status}", name="k", target=Target.GFX942, shape=(64, 128), status=status,
+                           seconds=seconds, error=error)
+
+    for terminal in (False, True):
+        text = StringIO()
+        with build_mod._Progress(Console(file=text, force_terminal=terminal, width=200)) as progress:
+            progress.plan(3, 2)
+            for r in (result("cached", 0.0), result("built", 1.25), result("failed", 0.5, "clang failed: x")):
+                progress.advance(r)
+        lines = text.getvalue().splitlines()
+        if not terminal:
+            assert lines == ["building 2 of 3 (rest cached)", "[2/3] built k_built 64x128 gfx942 (1.2 s)",
+                             "[3/3] failed k_failed 64x128 gfx942 (0.5 s): clang failed: x"]
+        else:  # a bar that goes away; failures are printed as they happen
+            assert "failed: k_failed 64x128 gfx942" in text.getvalue() and "[2/3]" not in text.getvalue()
+
+
 def test_cache_key_covers_every_field():
     base = {"uri": "u", "shape": [1, 2, 3], "target": "gfx942", "tilelang": "0.1.15", "toolchain": {"flags": ["-O3"]}}
     keys = {cache_key(base)} | {cache_key(base | {k: "changed"}) for k in base}

@@ -7,6 +7,7 @@ Commands that write run against a temporary copy of the project (specs/, generat
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -14,9 +15,12 @@ import pytest
 from spectext import REPO_ROOT
 from typer.testing import CliRunner
 
-from codegen import cli
+from codegen import cli, workers
 from codegen.cli import app
+from codegen.gpu import precompile
+from codegen.hardware import Target
 from codegen.pipeline import Project
+from codegen.starter import GEMM_STARTER
 
 runner = CliRunner()
 
@@ -204,3 +208,109 @@ def test_new_gemm_refuses_bad_names(project: Path, name: str):
 def test_usage_errors_exit_2(args):
     result = invoke(*args)
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("command", ["build", "lower", "verify", "bench"])
+def test_no_kernel_named_is_a_usage_error(command):
+    result = invoke(command)
+    assert result.exit_code == 2
+    assert result.stderr == "error: name a kernel (spec name or URI) or pass --all\n"
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_project", interrupted)
+    result = invoke("validate")
+    assert (result.exit_code, result.stdout, result.stderr) == (130, "", "interrupted\n")
+
+
+# ---- hostile input ------------------------------------------------------------------------------
+
+def test_a_spec_file_name_holding_code_is_refused_by_every_command(project: Path, monkeypatch):
+    """The file name that once went into the generated header unescaped, where line 2 ran on `lower`."""
+    monkeypatch.chdir(project)  # where the injected code would create PWNED
+    (project / "specs" / 'zz_x\nopen("PWNED","w")\n#.yaml').write_text(GEMM_STARTER.format(name="zz_x"))
+    before = tree(project)
+    shown = 'specs/zz_x\\nopen("PWNED","w")\\n#.yaml'  # the file name as errors show it: escaped
+    for args in (["validate"], ["gen"], ["gen", "--check"], ["lower", "zz_x", "--first-shape"],
+                 ["build", "zz_x", "--first-shape"]):
+        result = invoke(*args)
+        assert result.exit_code == 1, args
+        assert result.stderr.splitlines() == [shown + ": spec file name holds '\\n' (no control or non-printable "
+                                              "character, quote or backslash may appear in one): rename the file "
+                                              "[file_name]"], args
+    assert tree(project) == before
+    assert not (project / "PWNED").exists()
+
+
+def test_gen_removes_and_check_reports_what_an_interrupted_write_left(project: Path):
+    folder = project / "generated" / "gfx942" / "gemm"
+    module = next(folder.glob("*.py"))
+    left = folder / f".{module.name}.k3x9q_1a.tmp"  # the name codegen.files.write_text_atomic gives its temp file
+    left.write_bytes(b"")
+    rel = left.relative_to(project).as_posix()
+
+    check = invoke("gen", "--check")
+    assert check.exit_code == 1
+    assert check.stderr.splitlines() == [f"{rel}: temporary file left by an interrupted write",
+                                         "error: generated/ is out of date: run `tilegen gen`"]
+    assert left.exists()  # --check writes nothing
+
+    fixed = invoke("gen")
+    assert fixed.exit_code == 0
+    assert fixed.stdout.splitlines()[-2:] == [f"removed {rel}", f"0 written, {len(Project().instances()) + 1} unchanged, 1 removed"]
+    assert not left.exists()
+    assert invoke("gen", "--check").exit_code == 0
+
+
+def test_new_gemm_refuses_a_name_the_spec_set_already_has(project: Path, tmp_path: Path):
+    before = tree(project)
+    result = invoke("new", "gemm", "gemm_fp16_nt")
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: name='gemm_fp16_nt': already used by the spec at specs/gemm_llm.yaml:")
+    assert line.endswith("; pick another name [duplicate_name]")
+    elsewhere = invoke("new", "gemm", "softmax_fp16_online", "--out", str(tmp_path / "elsewhere.yaml"))
+    assert elsewhere.exit_code == 1 and "already used by the spec at specs/softmax.yaml:" in elsewhere.stderr
+    assert not (tmp_path / "elsewhere.yaml").exists()
+    # a file with other errors still holds its names
+    (project / "specs" / "zz_bad.yaml").write_text(BAD_SPEC)
+    broken = invoke("new", "gemm", "broken")
+    assert broken.exit_code == 1
+    assert broken.stderr == ("error: name='broken': already used by the spec at specs/zz_bad.yaml:1:9; "
+                             "pick another name [duplicate_name]\n")
+    (project / "specs" / "zz_bad.yaml").unlink()
+    assert tree(project) == before
+
+
+def test_list_into_a_pipe_prints_every_cell_in_full():
+    result = invoke("list")  # CliRunner's stdout is not a terminal
+    assert result.exit_code == 0
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert rows[0] == ["uri", "op", "target", "dtypes", "layout", "tiling", "threads", "schedule", "tail", "LDS B",
+                       "shapes"]
+    files = Project().rendered()
+    assert [r[0] for r in rows[1:]] == [f.uri for f in files]
+    for row, f in zip(rows[1:], files, strict=True):
+        assert row[1:4] == [f.instance.op, f.instance.target.value, f.instance.summary()["dtypes"]]
+        assert row[9:] == [str(f.instance.lds_bytes), str(len(f.instance.shapes))]
+    assert "…" not in result.stdout
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "verbose"])
+def test_tilelang_log_lines_only_with_verbose(verbose: bool, tmp_path: Path, monkeypatch, capfd):
+    """`--verbose` sets TileLang's log level for the commands and the workers they start; TileLang
+    logs at INFO when it compiles (a cold kernel cache here) and would print it on stdout."""
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path))
+    try:
+        assert invoke(*(["--verbose"] if verbose else []), "validate").exit_code == 0
+        assert workers.tilelang_log_level() == (logging.INFO if verbose else logging.WARNING)
+        f = next(f for f in Project().rendered(targets=[Target.SM_90]) if f.instance.name == "softmax_fp16_online")
+        capfd.readouterr()
+        precompile([(f, f.instance.shapes[0])], Target.SM_90, workers=1)  # what verify and bench do first
+        out = capfd.readouterr().out
+    finally:
+        workers.set_tilelang_log_level(logging.WARNING)
+    assert ("[TileLang:" in out) == verbose, out

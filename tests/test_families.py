@@ -129,7 +129,7 @@ def test_a_family_from_an_entry_point_is_loaded_checked_and_rendered(plugins):
     assert [(i.op, i.target) for i in instances] == [("scale", Target.GFX942), ("scale", Target.SM_90)]
     files = render_all(instances)
     assert [str(f.path.parent) for f in files] == ["generated/gfx942/scale", "generated/sm_90/scale"]
-    assert files[0].text.splitlines()[0].endswith("/family_scale/scale.py.j2 — do not edit")
+    assert files[0].text.splitlines()[0].endswith("/family_scale/scale.py.j2 — do not edit; its workloads: generated/workloads.json")
     assert "FACTOR = 0.5" in files[0].text and f'URI = "{files[0].uri}"' in files[0].text
 
 

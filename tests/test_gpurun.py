@@ -55,11 +55,12 @@ def fakes(monkeypatch):
 
 def test_verify_all_reports_compile_errors_crashes_and_results(fakes):
     report = gpurun.verify_all(FILES, GPU, jobs=1, timeout_s=60)
-    statuses = [(c["uri"].split("_sm90")[0], tuple(c["shape"]), c["status"]) for c in report.cases]
+    names = {f.uri: f.instance.name for f in FILES}
+    statuses = [(names[c["uri"]], tuple(c["shape"]), c["status"]) for c in report.cases]
     assert ("gemm_fp16_nt", (4096, 4096, 4096), "error") in statuses
     assert any(s[0] == "gemm_fp16_decode" and s[1][0] == 1 and s[2] == "error" for s in statuses)
     assert any(s[0] == "gemm_fp16_decode" and s[1][0] == 16 and s[2] == "verified" for s in statuses)
-    crash = next(c for c in report.cases if c["shape"][0] == 1 and "decode" in c["uri"])
+    crash = next(c for c in report.cases if c["shape"][0] == 1 and names[c["uri"]] == "gemm_fp16_decode")
     assert "worker died (exit code 7)" in crash["error"]
     assert not report.ok
     json.loads(json.dumps(asdict(report)))

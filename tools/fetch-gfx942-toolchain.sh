@@ -39,7 +39,7 @@ if complete; then summary; exit 0; fi
 # 1. clang-19 + lld-19 from the system's (bookworm) apt.
 if [ ! -x "$CLANG" ] || [ ! -x /usr/bin/ld.lld-19 ]; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$CLANG_PKG" "$LLD_PKG" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$CLANG_PKG" "$LLD_PKG" >/dev/null
 fi
 
 # 2. HIP headers + device libs: .debs fetched with a private apt state, unpacked locally.

@@ -43,7 +43,9 @@ class InstanceBase:
     Shapes are the workload beside it: adding one renames nothing."""
 
     def stem(self) -> str:
-        raise NotImplementedError(f"{type(self).__name__} does not name its kernels (stem)")
+        """The readable part of the kernel's name; families name what changes their code (the hash after it
+        keeps names unique whatever a family puts here)."""
+        return self.op
 
     def canonical(self, template_sha256: str) -> str:
         data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS}

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictInt
 
 from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
 from codegen.hardware import DTYPE_BYTES, DType, Hardware, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF
 from codegen.rules import Violation, threads_violations
-from codegen.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy
+from codegen.spec import MAX_SHAPES, Identifier, Model, PositiveInt, RowDTypes, TailPolicy, ToleranceScale
 from codegen.targets import torch_dtype
 from codegen.targets.base import TargetSpec
 
@@ -36,14 +36,14 @@ Vector = Literal[1, 2, 4, 8]
 class RowSpecBase(Model):
     name: Identifier
     dtypes: RowDTypes
-    shapes: Annotated[list[RowShape], Field(min_length=1)]
+    shapes: Annotated[list[RowShape], Field(min_length=1, max_length=MAX_SHAPES)]
     threads: PositiveInt
     vector: Vector = 8  # elements per thread per load (one 16-byte load for fp16/bf16 at 8)
     unroll: PositiveInt = 1  # unroll factor of the streaming column loops (T.unroll)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False
-    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
 
     @property

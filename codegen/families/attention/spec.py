@@ -9,10 +9,21 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictInt
 
 from codegen.hardware import Target
-from codegen.spec import Identifier, Model, Pipeline, PositiveInt, RowDTypes, TailPolicy, resolve_tuning
+from codegen.spec import (
+    MAX_SHAPES,
+    Identifier,
+    Model,
+    Pipeline,
+    PositiveFp32,
+    PositiveInt,
+    RowDTypes,
+    TailPolicy,
+    ToleranceScale,
+    resolve_tuning,
+)
 
 ATTENTION_HEAD_DIMS = (64, 128)
 
@@ -47,17 +58,17 @@ class AttentionSpec(Model):
     name: Identifier
     op: Literal["attention"]
     dtypes: RowDTypes
-    shapes: Annotated[list[AttentionShape], Field(min_length=1)]
-    head_dim: StrictInt  # 64 or 128 (rule head_dim)
+    shapes: Annotated[list[AttentionShape], Field(min_length=1, max_length=MAX_SHAPES)]
+    head_dim: PositiveInt  # 64 or 128 (rule head_dim)
     causal: StrictBool = False  # top-left aligned: query i attends to keys <= i
-    softmax_scale: Annotated[StrictFloat, Field(gt=0)] | None = None  # None: 1/sqrt(head_dim)
+    softmax_scale: PositiveFp32 | None = None  # None: 1/sqrt(head_dim)
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False
-    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
 
     def tuning_for(self, target: Target) -> tuple[AttentionTuning, dict[str, tuple[str, ...]]]:

@@ -5,16 +5,18 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictInt
 
 from codegen.hardware import DType, Target
 from codegen.spec import (
+    MAX_SHAPES,
     Identifier,
     Model,
     NonNegativeInt,
     Pipeline,
     PositiveInt,
     TailPolicy,
+    ToleranceScale,
     resolve_tuning,
 )
 
@@ -89,7 +91,7 @@ class GemmSpec(Model):
     op: Literal["gemm"]
     dtypes: GemmDTypes
     layout: Layout = Layout.NN
-    shapes: Annotated[list[GemmShape], Field(min_length=1)]
+    shapes: Annotated[list[GemmShape], Field(min_length=1, max_length=MAX_SHAPES)]
     tiling: Tiling
     pipeline: Pipeline = Pipeline()
     unroll: PositiveInt = 1
@@ -100,7 +102,7 @@ class GemmSpec(Model):
     overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False  # a build with register spills fails unless this is true
     # multiplies verify's tolerance (README "Verification"); < 1 tightens, > 1 loosens; reported with results
-    verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
+    verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None  # gfx942 occupancy floor for `build`
 
     def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:

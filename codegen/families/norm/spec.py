@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
-
-from pydantic import Field, StrictFloat
+from typing import Literal
 
 from codegen.families.rows import RowSpecBase
+from codegen.spec import PositiveFp32
 
 
 class NormVariant(StrEnum):
@@ -24,7 +23,7 @@ class NormSpecBase(RowSpecBase):
     elements in the input dtype; the statistics streamed over global memory or taken from the row held
     in registers (`variant`)."""
 
-    eps: Annotated[StrictFloat, Field(gt=0)]  # added to the mean square / variance; no default: models differ
+    eps: PositiveFp32  # added to the mean square / variance; no default: models differ
     variant: NormVariant = NormVariant.STREAMED
 
     @property

@@ -1,0 +1,234 @@
+"""Ctrl-C ends every command: SIGINT to the whole process group (what a terminal sends) gives exit code
+130 within a few seconds, leaves no process of the group running and no half-written cache entry.
+
+`build` is interrupted for real, many times, at seeded random moments (while the CLI imports, while
+its workers import tilelang, while they lower and compile); after each, every cache entry must verify
+and no staging folder may be left, and a final uninterrupted build must reuse what was published and
+build the rest. `verify`, `bench` and `run` are interrupted with their GPU steps replaced by ones that
+never end (this machine may have no GPU). Each case prints its timing (`pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from spectext import REPO_ROOT
+
+from codegen.buildcache import BuildCache
+from codegen.targets.gfx942 import find_gfx942
+from codegen.toolchain import ToolchainMissing
+
+TILEGEN = str(Path(sys.executable).with_name("tilegen"))
+SPECS = ("softmax_fp16_online", "rmsnorm_fp16", "gemm_fp16_decode", "layernorm_fp16")  # ~9 s cold with -j 2
+BUILD = [TILEGEN, "build", *SPECS, "--target", "gfx942", "--first-shape", "-j", "2"]
+TRIALS = 8
+SEED = 9
+EXIT_S = 10.0  # from SIGINT to exit
+
+
+def _gfx942_missing() -> str | None:
+    try:
+        find_gfx942(REPO_ROOT)
+    except ToolchainMissing as exc:
+        return str(exc)
+    return None
+
+
+GFX942_MISSING = _gfx942_missing()
+needs_gfx942 = pytest.mark.skipif(GFX942_MISSING is not None, reason=f"no gfx942 toolchain: {GFX942_MISSING}")
+
+
+def running_in_group(pgid: int) -> list[str]:
+    """The processes of group `pgid` that have not exited. A zombie has exited: one whose parent is
+    gone waits for init to reap it, which this sandbox's init may never do."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        state, _ppid, group = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(group) == pgid and state != "Z":
+            left.append(f"{pid} {state} {cmd[:160]}")
+    return left
+
+
+def interrupt(cmd: list[str], delay_s: float, *, after: Callable[[], bool] | None = None, cwd: Path = REPO_ROOT,
+              env: dict[str, str] | None = None):
+    """Start `cmd` in a new process group, SIGINT the group `delay_s` after it started (or after
+    `after()` first holds); (exit code, seconds from the signal to the exit, stdout, stderr, processes
+    of the group still running). Exit code None: the command had finished before the signal."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while after is not None and not after() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(delay_s)
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            return None, 0.0, out, err, []
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            out, err = proc.communicate(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:
+            left = running_in_group(proc.pid)
+            pytest.fail(f"{cmd[1]} still running {EXIT_S:.0f} s after Ctrl-C (at {delay_s:.2f} s): {left}")
+        seconds = time.monotonic() - t0
+        deadline = time.monotonic() + 3.0  # the multiprocessing resource tracker exits once the last worker has
+        while (left := running_in_group(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return proc.returncode, seconds, out, err, left
+    finally:
+        if proc.poll() is None or running_in_group(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def assert_cache_consistent(root: Path) -> list[str]:
+    """Every entry verifies against its manifest; no staging folder is left. Returns the entries' keys."""
+    cache = BuildCache(root)
+    keys = sorted(p.name for p in (root / "entries").glob("*/*"))
+    for key in keys:
+        assert cache.lookup(key).path == cache.entry(key), f"{key}: {cache.lookup(key).problem}"
+    staging = root / "staging"
+    assert not staging.exists() or list(staging.iterdir()) == []
+    return keys
+
+
+def check_interrupted(code: int | None, seconds: float, err: str, left: list[str]) -> None:
+    assert not left, f"still running after the exit: {left}"
+    assert code == 130, err
+    assert err.strip().splitlines()[-1] == "interrupted", err
+    assert "Traceback" not in err, err
+    assert seconds < EXIT_S
+
+
+@needs_gfx942
+def test_ctrl_c_ends_a_parallel_build_at_any_moment(tmp_path):
+    rng = random.Random(SEED)
+    interrupted = 0
+    for i in range(TRIALS):
+        delay = rng.uniform(0.5, 6.0)
+        cache = tmp_path / f"cache{i}"
+        code, seconds, _, err, left = interrupt([*BUILD, "--cache-dir", str(cache)], delay)
+        keys = assert_cache_consistent(cache) if cache.exists() else []
+        print(f"build trial {i}: SIGINT at {delay:.2f} s -> exit {code} after {seconds:.2f} s, "
+              f"{len(keys)} of {len(SPECS)} entries published")
+        if code is None:
+            assert not left, f"still running after the exit: {left}"
+            continue  # the build finished first: nothing to interrupt
+        check_interrupted(code, seconds, err, left)
+        interrupted += 1
+    assert interrupted >= TRIALS - 2, "the builds finished before their Ctrl-C: make the delays shorter"
+
+
+@needs_gfx942
+def test_an_interrupted_cache_is_reused_and_completed(tmp_path):
+    """Ctrl-C once the first entry is published, while the others are being built; then an uninterrupted
+    build reuses what was published and builds the rest."""
+    cache = tmp_path / "cache"
+    delay = random.Random(SEED).uniform(0.0, 0.5)
+    code, seconds, _, err, left = interrupt([*BUILD, "--cache-dir", str(cache)], delay,
+                                            after=lambda: any((cache / "entries").glob("*/*")))
+    published = assert_cache_consistent(cache)
+    print(f"build: SIGINT {delay:.2f} s after the first entry -> exit {code} after {seconds:.2f} s, "
+          f"{len(published)} of {len(SPECS)} entries published")
+    check_interrupted(code, seconds, err, left)
+    assert 0 < len(published) < len(SPECS)
+
+    proc = subprocess.run([*BUILD, "--cache-dir", str(cache), "--json"], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)["gfx942"]["builds"]
+    assert len(results) == len(SPECS)
+    for r in results:
+        assert r["status"] == ("cached" if Path(r["entry"]).name in published else "built"), r
+    built = sum(r["status"] == "built" for r in results)
+    assert built == len(SPECS) - len(published)
+    # stderr is not a terminal: one plain progress line per kernel built
+    progress = [ln for ln in proc.stderr.splitlines() if ln.startswith("[")]
+    assert len(progress) == built and all(" built " in ln for ln in progress), proc.stderr
+    assert assert_cache_consistent(cache) == sorted(Path(r["entry"]).name for r in results)
+    print(f"rebuild of the interrupted cache: {built} built, {len(published)} cached")
+
+
+# ---- verify, bench, run: GPU steps that never end --------------------------------------------------
+
+FAKE_GPU = r'''
+import os
+import sys
+import time
+
+from codegen import gpu, gpucli, gpurun
+from codegen.gpu import GpuInfo
+from codegen.hardware import Target
+
+
+def never_ends(*args, **kwargs):
+    time.sleep(600)
+
+
+def compiled(rendered, shape, run_target):
+    return None
+
+
+# Module level: runs in the CLI process and in every worker it spawns (they import this file as __mp_main__).
+gpucli.require_gpu = lambda: GpuInfo(name="Fake H200", vendor="nvidia", run_target=Target.SM_90, l2_bytes=1 << 20,
+                                     torch_version="x", runtime_version="CUDA x")
+if os.environ["HANG_IN"] == "compile":
+    gpu.compile_kernel = never_ends
+else:
+    gpu.compile_kernel = compiled
+    gpurun.verify_case = gpurun.bench_case = gpurun.measure_copy_gbps = never_ends
+
+if __name__ == "__main__":
+    from codegen.cli import main
+
+    sys.argv = ["tilegen", *sys.argv[1:]]
+    main()
+'''
+
+
+@pytest.mark.parametrize(("command", "hang_in"), [("verify", "compile"), ("verify", "run"), ("bench", "run")])
+def test_ctrl_c_ends_verify_and_bench(tmp_path, command, hang_in):
+    script = tmp_path / "fake_gpu_tilegen.py"
+    script.write_text(FAKE_GPU)
+    reports = tmp_path / "reports"
+    cmd = [sys.executable, str(script), command, "softmax_fp16_online", "gemm_fp16_decode", "--target", "sm_90",
+           "-j", "2", "--out", str(reports)]
+    delay = random.Random(f"{SEED}{command}{hang_in}").uniform(2.0, 4.0)  # workers started, tasks under way
+    code, seconds, _, err, left = interrupt(cmd, delay, env=dict(os.environ, HANG_IN=hang_in))
+    print(f"{command} ({hang_in} never ends): SIGINT at {delay:.2f} s -> exit {code} after {seconds:.2f} s")
+    check_interrupted(code, seconds, err, left)
+    assert not reports.exists()  # no report, not half of one
+
+
+@needs_gfx942
+def test_ctrl_c_ends_run_and_skips_the_steps_after(tmp_path):
+    """`tilegen run` used to carry on with verify and bench after an interrupted build."""
+    project = tmp_path / "p"
+    (project / "specs").mkdir(parents=True)
+    (project / "tilegen.toml").write_text('specs = ["specs"]\n')
+    text = (REPO_ROOT / "specs" / "softmax.yaml").read_text()
+    entry = text[text.index("- name: softmax_fp16_online\n"):text.index("- name: softmax_fp16_two_pass")]
+    (project / "specs" / "one.yaml").write_text(entry.replace("targets: [gfx942, sm_90]", "targets: [gfx942]"))
+    (project / ".toolchain").symlink_to(REPO_ROOT / ".toolchain")  # the gfx942 toolchain of this checkout
+    staging = project / ".cache" / "build" / "staging"
+    code, seconds, out, err, left = interrupt([TILEGEN, "run", "-j", "1"], 0.2, cwd=project,
+                                              after=lambda: staging.is_dir() and any(staging.iterdir()))
+    print(f"run: SIGINT while a worker builds -> exit {code} after {seconds:.2f} s")
+    check_interrupted(code, seconds, err, left)
+    assert "tilegen run" not in out  # the steps table: no step ran after the build
+    assert_cache_consistent(project / ".cache" / "build")

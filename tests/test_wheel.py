@@ -1,0 +1,88 @@
+"""tilegen as an installed tool: build the wheel, install it (not editable) into a fresh venv, and run
+`tilegen init` / validate / gen / gen --check / lower / build in a folder outside this repository.
+
+The fresh venv borrows the test venv's installed dependencies (tilelang, torch, ...) through a `.pth`
+line naming that venv's site-packages: a path line, so the test venv's own editable-install hook is not
+run and `codegen` can only come from the wheel (asserted)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+from spectext import REPO_ROOT
+
+
+def _run(cmd, *, cwd, env, timeout=600):
+    proc = subprocess.run([str(c) for c in cmd], check=False, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def _tree(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(python, tilegen, temp folder) of a fresh venv holding the wheel built from this checkout."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
+                             check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, tracked):
+        if (REPO_ROOT / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            (src / rel).write_bytes((REPO_ROOT / rel).read_bytes())
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", src],
+         cwd=tmp, env=os.environ)
+    wheels = list((tmp / "dist").glob("tilegen-*.whl"))
+    assert len(wheels) == 1
+    env_dir = tmp / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp,
+                     env=os.environ).strip())
+    (site / "_tilegen_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheels[0]], cwd=tmp, env=os.environ)
+    where = _run([python, "-c", "import codegen; print(codegen.__file__)"], cwd=tmp, env=os.environ)
+    assert Path(where.strip()).is_relative_to(env_dir), where  # the wheel's codegen, not this checkout's
+    return python, env_dir / "bin" / "tilegen", tmp
+
+
+def test_wheel_ships_the_templates(installed):
+    python, _, tmp = installed
+    code = "import codegen, pathlib; p = pathlib.Path(codegen.__file__).parent; print(len(list(p.rglob('*.j2'))))"
+    out = _run([python, "-c", code], cwd=tmp, env=os.environ)
+    assert int(out) >= 4
+
+
+def test_installed_tilegen_works_in_a_project_of_its_own(installed, tmp_path):
+    _, tilegen, _ = installed
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+           "TILELANG_CACHE_DIR": str(home / ".cache" / "tilelang")}
+    env.pop("PYTHONPATH", None)
+    _run([tilegen, "init", "kernels"], cwd=work, env=env)
+    project = work / "kernels"
+    for args in (["validate"], ["gen"], ["gen", "--check"], ["lower", "softmax_fp16", "--first-shape"]):
+        _run([tilegen, *args], cwd=project, env=env)
+    assert list((project / "generated" / "gfx942").rglob("*.py"))
+    assert list((project / "build" / "lowered" / "sm_90").rglob("*.cu"))
+    toolchain = REPO_ROOT / ".toolchain" / "env.json"
+    if toolchain.is_file():  # CI has it (tools/setup.sh); the build is skipped, not faked, without it
+        (project / ".toolchain").symlink_to(toolchain.parent)
+        out = _run([tilegen, "build", "softmax_fp16", "-t", "gfx942"], cwd=project / "specs", env=env)
+        assert "softmax_fp16_gfx942_" in out and " built " in out, out
+        assert list((project / ".cache" / "build").rglob("*.s"))
+    assert _tree(work) == {"kernels"} | {f"kernels/{p}" for p in _tree(project)}  # nothing beside the project
+    assert {p.split("/")[0] for p in _tree(home)} <= {".cache", ".tilelang"}  # and only caches in the home
