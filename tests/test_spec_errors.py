@@ -372,7 +372,7 @@ def test_override_for_a_target_not_in_targets():
 def test_k_pack_override_on_sm_90():
     text = edit(BASE, "[gfx942]", "[gfx942, sm_90]") + "  overrides:\n    sm_90:\n      k_pack: 2\n"
     assert errors(text) == [
-        "specs/x.yaml:18:15: overrides.sm_90.k_pack=2: k_pack exists only for gfx942's MFMA gemm, not sm_90 [k_pack_target]"
+        "specs/x.yaml:18:15: overrides.sm_90.k_pack=2: k_pack exists only for the ROCm MFMA gemm (gfx942, gfx950), not sm_90 [k_pack_target]"
     ]
 
 

@@ -88,11 +88,12 @@ def _rocm_toolchain(rocm: Path, tilelang: TileLangInstall, arch: str) -> AmdTool
     )
 
 
-def env_archs(env: Mapping[str, object]) -> dict[str, Mapping[str, object]]:
-    """arch -> its compiler entry of an env.json; an env.json without "archs" has one arch at the top level."""
+def env_archs(env: Mapping[str, object], arch: str) -> dict[str, Mapping[str, object]]:
+    """arch -> its compiler entry of an env.json; an env.json without "archs" describes one compiler at
+    the top level, for its "arch" (or, without one, for the `arch` asking)."""
     if "archs" in env:
         return dict(env["archs"])
-    return {str(env.get("arch", "gfx942")): env}
+    return {str(env.get("arch", arch)): env}
 
 
 def _project_toolchain(env_json: Path, shown: str, arch: str) -> AmdToolchain:
@@ -101,10 +102,10 @@ def _project_toolchain(env_json: Path, shown: str, arch: str) -> AmdToolchain:
         raise ToolchainMissing(f"{arch} toolchain missing: no ROCm at {ROCM_ROOT} and no {shown}; {fix}")
     try:
         env = json.loads(env_json.read_text(encoding="utf-8"))
-        entry = env_archs(env).get(arch)
+        entry = env_archs(env, arch).get(arch)
         if entry is None:
             raise ToolchainMissing(f"{arch} toolchain missing: {shown} has no {arch} compiler "
-                                   f"(it has {', '.join(sorted(env_archs(env)))}); {fix}")
+                                   f"(it has {', '.join(sorted(env_archs(env, arch)))}); {fix}")
         clang, flags, version = entry["clang"], entry["flags"], entry["clang_version"]
         include_dirs, hip_include = env["include_dirs"], env["hip_include_dir"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -8,6 +8,7 @@ from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
+from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 
 GemmContext = TunedContext[GemmSpec, GemmTuning]
@@ -118,7 +119,12 @@ def k_pack_target(c: GemmContext) -> Iterator[Violation]:
     override = c.spec.overrides.get(c.hw.target)
     if not c.target.supports_k_pack and override is not None and override.k_pack not in (None, 1):
         yield Violation(rule="k_pack_target", path=("overrides", c.hw.target.value, "k_pack"), value=override.k_pack,
-                        message=f"k_pack exists only for gfx942's MFMA gemm, not {c.hw.target}")
+                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
+                                f"not {c.hw.target}")
+
+
+def _k_pack_targets() -> list[str]:
+    return [t.value for t, spec in TARGETS.items() if spec.supports_k_pack]
 
 
 def swizzle_panel(c: GemmContext) -> Iterator[Violation]:
