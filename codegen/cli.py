@@ -18,7 +18,7 @@ from codegen.pipeline import Project
 from codegen.starter import starter_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200).")
+                  help="tilegen: declarative TileLang kernels for gfx942 (MI300X), gfx950 (MI355X) and sm_90 (H100/H200).")
 new_app = typer.Typer(no_args_is_help=True, help="Write a commented starter spec.")
 app.add_typer(new_app, name="new")
 
@@ -61,7 +61,7 @@ def _options(
         "--project", "-C", help="The tilegen project to work on (default: the nearest folder above the current "
                                 "one holding tilegen.toml, else the current folder).", show_default=False)] = None,
 ) -> None:
-    """tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200)."""
+    """tilegen: declarative TileLang kernels for gfx942 (MI300X), gfx950 (MI355X) and sm_90 (H100/H200)."""
     _PROJECT_DIR[0] = project
 
 
@@ -127,7 +127,7 @@ def lower(
         "--out", help="Where device sources are written (default: <project>/build/lowered).", show_default=False)] = None,
     first_shape: Annotated[bool, typer.Option("--first-shape", help="Only the first shape of each spec.")] = False,
 ) -> None:
-    """Lower kernels through TileLang to device source (HIP C++ for gfx942, CUDA C++ for sm_90). No GPU needed."""
+    """Lower kernels through TileLang to device source (HIP C++ for gfx942/gfx950, CUDA C++ for sm_90). No GPU needed."""
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
@@ -208,7 +208,7 @@ def build(
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Compile kernels for real: gfx942 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
+    """Compile kernels for real: gfx942/gfx950 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
     from codegen.build import BuildOptions, build_and_report
 
     opts = BuildOptions(names=tuple(names or ()), all_=all_, targets=tuple(target) if target else None, jobs=jobs,
