@@ -1,7 +1,7 @@
 """`tilegen build`: compile every selected kernel instance, at each of its shapes, for real.
 
-Each target's module (codegen/targets/<target>.py) says how: gfx942 compiles TileLang's HIP source
-with clang -S (.s) to a code object (.co) and reads a resource report per kernel symbol from the
+Each target's module (codegen/targets/<target>.py) says how: gfx942 and gfx950 (codegen/targets/amdgcn.py)
+compile TileLang's HIP source with clang -S (.s) to a code object (.co) and reads a resource report per kernel symbol from the
 assembly; sm_90 compiles TileLang's CUDA source with nvcc -arch=sm_90a (.cubin, .ptx) and reads ptxas -v
 and the PTX. Builds run in worker processes (`jobs`); results
 land in a content-addressed cache (codegen.buildcache) whose key is computed without lowering or
@@ -11,8 +11,8 @@ A source can hold several kernels (tail: specialized emits an interior kernel an
 Each is reported under its symbol; a build's summary is the worst case over its kernels (most
 registers, most LDS, fewest waves per SIMD, all spills and MMA instructions added up). The build
 rules apply to every kernel: a spill fails the build unless the spec sets allow_spills (VGPR/SGPR
-spills on gfx942, ptxas spill bytes on sm_90); on gfx942, fewer waves per SIMD than the spec's
-min_waves_per_simd fails it too (occupancy: codegen.targets.gfx942.gfx942_waves_per_simd).
+spills on the AMD targets, ptxas spill bytes on sm_90); on the AMD targets, fewer waves per SIMD than the spec's
+min_waves_per_simd fails it too (occupancy: codegen.targets.amdgcn.waves_per_simd).
 
 LDS / shared memory = the compiler's static amount + the dynamic amount TileLang launches the
 kernel with (its `dyn_shared_memory_buf` attribute, recorded while lowering); should that attribute

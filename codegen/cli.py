@@ -54,7 +54,8 @@ class _Commands(TyperGroup):
 
 
 app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200).")
+                  help="tilegen: declarative TileLang kernels for gfx942 (MI300X), gfx950 (MI355X) and sm_90 "
+                       "(H100/H200).")
 new_app = typer.Typer(no_args_is_help=True, help="Write a commented starter spec.")
 app.add_typer(new_app, name="new")
 
@@ -99,7 +100,7 @@ def _options(
     verbose: Annotated[bool, typer.Option(
         "--verbose", "-v", help="Show TileLang's log lines (INFO and up; default: warnings and errors).")] = False,
 ) -> None:
-    """tilegen: declarative TileLang kernels for gfx942 (MI300X) and sm_90 (H100/H200)."""
+    """tilegen: declarative TileLang kernels for gfx942 (MI300X), gfx950 (MI355X) and sm_90 (H100/H200)."""
     _PROJECT_DIR[0] = project
     set_tilelang_log_level(logging.INFO if verbose else logging.WARNING)
 
@@ -190,7 +191,7 @@ def lower(
         "--out", help="Where device sources are written (default: <project>/build/lowered).", show_default=False)] = None,
     first_shape: Annotated[bool, typer.Option("--first-shape", help="Only the first shape of each spec.")] = False,
 ) -> None:
-    """Lower kernels through TileLang to device source (HIP C++ for gfx942, CUDA C++ for sm_90). No GPU needed."""
+    """Lower kernels through TileLang to device source (HIP C++ for gfx942/gfx950, CUDA C++ for sm_90). No GPU needed."""
     _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
@@ -274,7 +275,7 @@ def build(
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Compile kernels for real: gfx942 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
+    """Compile kernels for real: gfx942/gfx950 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
     from codegen.build import BuildOptions, build_and_report
 
     _require_selection(names, all_)

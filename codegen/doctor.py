@@ -74,8 +74,8 @@ def _torch() -> list[Check]:
 
 def diagnose(root: Path, targets: tuple[Target, ...] = ALL_TARGETS) -> list[Check]:
     checks = [_python(), _tilelang(), *_torch()]
-    for spec in TARGETS.values():
-        checks += spec.info_checks()
+    for spec in TARGETS.values():  # targets of one vendor share some (ROCm): each line once
+        checks += [c for c in spec.info_checks() if c not in checks]
     for target in targets:
         checks += TARGETS[target].doctor_checks(root)
     return checks

@@ -11,6 +11,7 @@ from types import MappingProxyType
 
 class Target(StrEnum):
     GFX942 = "gfx942"  # AMD Instinct MI300X (CDNA3)
+    GFX950 = "gfx950"  # AMD Instinct MI355X (CDNA4)
     SM_90 = "sm_90"  # NVIDIA H100/H200 (Hopper)
 
 

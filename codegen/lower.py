@@ -1,4 +1,4 @@
-"""TileLang lowering of generated modules to device source (HIP C++ for gfx942, CUDA C++ for sm_90).
+"""TileLang lowering of generated modules to device source (HIP C++ for gfx942/gfx950, CUDA C++ for sm_90).
 
 Works on a machine without a GPU: lowering stops at device source and needs no driver.
 """

@@ -90,12 +90,14 @@ def judge(out, ref, abs_product, tol, controls: dict[str, object]) -> tuple[str,
 
 
 # ---------------------------------------------------------------- on the GPU (runs in a worker)
-SEEDS = (0, 1)
+SEEDS = (0, 1)  # the derived edge shapes: small, where a second draw of the inputs can still find something
+SPEC_SHAPE_SEEDS = (0,)  # the spec's own shapes: millions of elements per draw; a second draw doubled verify's time
 
 
-def verify_case(rendered, shape: tuple[int, ...], run_target: Target, seeds=SEEDS) -> list[CaseResult]:
+def verify_case(rendered, shape: tuple[int, ...], run_target: Target, seeds=None) -> list[CaseResult]:
     """Run one kernel at one shape on every (seed, input kind); executed inside a worker process.
-    Generic over the operator family (its `Numerics`, from the registry codegen.families)."""
+    Generic over the operator family (its `Numerics`, from the registry codegen.families). Without
+    `seeds`: SPEC_SHAPE_SEEDS on a shape of the spec, SEEDS on a derived edge shape."""
     import time
 
     import torch
@@ -103,6 +105,8 @@ def verify_case(rendered, shape: tuple[int, ...], run_target: Target, seeds=SEED
     from codegen.gpu import compile_kernel, run_label
 
     inst = rendered.instance
+    if seeds is None:
+        seeds = SPEC_SHAPE_SEEDS if tuple(shape) in {tuple(s) for s in inst.shapes} else SEEDS
     fam = family(inst).numerics
     kernel = compile_kernel(rendered, shape, run_target)
     tol = fam.tolerance(inst, shape, run_target)

@@ -221,10 +221,10 @@ def test_unknown_dtype():
 
 def test_unknown_target_and_unknown_override_target():
     assert errors(edit(BASE, "[gfx942]", "[gfx942, gfx90a]")) == [
-        "specs/x.yaml:15:21: targets[1]='gfx90a': Input should be 'gfx942' or 'sm_90' [enum]"
+        "specs/x.yaml:15:21: targets[1]='gfx90a': Input should be 'gfx942', 'gfx950' or 'sm_90' [enum]"
     ]
     text = BASE + "  overrides:\n    sm_100:\n      pipeline: {stages: 3}\n"
-    assert errors(text) == ["specs/x.yaml:17:5: overrides.sm_100: Input should be 'gfx942' or 'sm_90' [enum]"]
+    assert errors(text) == ["specs/x.yaml:17:5: overrides.sm_100: Input should be 'gfx942', 'gfx950' or 'sm_90' [enum]"]
 
 
 def test_every_error_of_a_file_is_reported_at_once():
@@ -372,7 +372,7 @@ def test_override_for_a_target_not_in_targets():
 def test_k_pack_override_on_sm_90():
     text = edit(BASE, "[gfx942]", "[gfx942, sm_90]") + "  overrides:\n    sm_90:\n      k_pack: 2\n"
     assert errors(text) == [
-        "specs/x.yaml:18:15: overrides.sm_90.k_pack=2: k_pack exists only for gfx942's MFMA gemm, not sm_90 [k_pack_target]"
+        "specs/x.yaml:18:15: overrides.sm_90.k_pack=2: k_pack exists only for the ROCm MFMA gemm (gfx942, gfx950), not sm_90 [k_pack_target]"
     ]
 
 

@@ -1,49 +1,64 @@
 #!/usr/bin/env bash
-# Fetch a project-local, offline gfx942 (MI300X) device-compile toolchain for
-# TileLang's HIP output: system clang-19 + lld-19, plus HIP headers and ROCm
-# device-library bitcode unpacked (not installed) into <repo>/.toolchain/.
-# Writes .toolchain/env.json for Python. Idempotent; re-run is a quick no-op.
+# Fetch a project-local, offline AMD device-compile toolchain for TileLang's HIP output, one compiler
+# per AMD target (the name is historical: gfx942 came first):
+#   gfx942 (MI300X): system clang-19 + lld-19 (bookworm) with rocm-device-libs-17 bitcode;
+#   gfx950 (MI355X): system clang-22 + lld-22 (bookworm-security; clang-19 rejects -mcpu=gfx950) with
+#                    rocm-device-libs-21 bitcode (the first Debian device libs with oclc_isa_version_950).
+# HIP headers (shared) and the device-library bitcode are unpacked (not installed) into <repo>/.toolchain/.
+# Writes .toolchain/env.json for Python (codegen/targets/amdgcn.py). Idempotent; re-run is a quick no-op.
 set -euo pipefail
 
-CLANG_PKG=clang-19              # bookworm
-LLD_PKG=lld-19                  # bookworm; clang needs lld to link code objects (-c)
 HIP_PKG=libamdhip64-dev         # headers; bookworm's 5.2 / trixie's 5.7 are too old
 HIP_VER=6.4.3-5                 # from Debian testing
-DEVLIBS_PKG=rocm-device-libs-17 # ockl/ocml bitcode with gfx942; LLVM-17 bitcode reads in clang-19
-DEVLIBS_VER=6.0+git20231212.5a852ed-2   # from Debian trixie (testing's -21 is LLVM-21 bitcode: unreadable)
-ARCH=gfx942
+# per arch: clang package, lld package, device-libs package, its version, its LLVM bitcode dir, extra flags
+GFX942_CLANG=19; GFX942_DEVLIBS=rocm-device-libs-17; GFX942_DEVLIBS_VER=6.0+git20231212.5a852ed-2  # trixie (LLVM-17 bitcode)
+GFX950_CLANG=22; GFX950_DEVLIBS=rocm-device-libs-21; GFX950_DEVLIBS_VER=7.0.2+dfsg-3               # testing (LLVM-21 bitcode)
+# HIP 6.4's headers read __AMDGCN_WAVEFRONT_SIZE, which clang 22 no longer defines (gfx9 is wave64 only)
+GFX950_EXTRA='"-D__AMDGCN_WAVEFRONT_SIZE=64", '
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TC="$REPO/.toolchain"
 HIP_ROOT="$TC/hip/usr"
-DEVLIB_DIR="$HIP_ROOT/lib/llvm-17/lib/clang/17/amdgcn/bitcode"
+devlib_dir() { echo "$HIP_ROOT/lib/llvm-$1/lib/clang/$1/amdgcn/bitcode"; }
+GFX942_DEVLIB_DIR="$(devlib_dir 17)"
+GFX950_DEVLIB_DIR="$(devlib_dir 21)"
 STUB="$TC/stub"
 ENV_JSON="$TC/env.json"
-CLANG=/usr/bin/clang++-19
 
 PY="$REPO/.venv/bin/python"; [ -x "$PY" ] || PY=python3
 TL_SRC="$("$PY" -c 'import importlib.util as u, os; print(os.path.join(os.path.dirname(u.find_spec("tilelang").origin), "src"))')"  # no import: fast
 [ -f "$TL_SRC/tl_templates/hip/common.h" ] || { echo "tl_templates not found under $TL_SRC" >&2; exit 1; }
 
-summary() { echo "gfx942 toolchain ready: $("$CLANG" --version | head -1), HIP $HIP_VER, device-libs $DEVLIBS_VER -> $ENV_JSON"; }
+clang_of() { echo "/usr/bin/clang++-$1"; }
+summary() {
+  echo "AMD toolchain ready: gfx942 $("$(clang_of $GFX942_CLANG)" --version | head -1), device-libs $GFX942_DEVLIBS_VER;" \
+       "gfx950 $("$(clang_of $GFX950_CLANG)" --version | head -1), device-libs $GFX950_DEVLIBS_VER; HIP $HIP_VER -> $ENV_JSON"
+}
 
 complete() {
-  [ -x "$CLANG" ] && [ -x /usr/bin/ld.lld-19 ] \
-    && [ -f "$HIP_ROOT/include/hip/hip_runtime.h" ] && [ -f "$DEVLIB_DIR/oclc_isa_version_942.bc" ] \
-    && [ -f "$STUB/rocwmma/rocwmma.hpp" ] && [ -f "$ENV_JSON" ] \
-    && grep -q "\"$HIP_VER\"" "$ENV_JSON" && grep -q "\"$DEVLIBS_VER\"" "$ENV_JSON" \
-    && grep -qF "\"$TL_SRC\"" "$ENV_JSON"
+  for v in $GFX942_CLANG $GFX950_CLANG; do [ -x "$(clang_of "$v")" ] && [ -x "/usr/bin/ld.lld-$v" ] || return 1; done
+  [ -f "$HIP_ROOT/include/hip/hip_runtime.h" ] && [ -f "$GFX942_DEVLIB_DIR/oclc_isa_version_942.bc" ] \
+    && [ -f "$GFX950_DEVLIB_DIR/oclc_isa_version_950.bc" ] \
+    && [ -f "$STUB/rocwmma/rocwmma.hpp" ] && [ -f "$ENV_JSON" ] && grep -q '"archs"' "$ENV_JSON" \
+    && grep -q "\"$HIP_VER\"" "$ENV_JSON" && grep -q "\"$GFX942_DEVLIBS_VER\"" "$ENV_JSON" \
+    && grep -q "\"$GFX950_DEVLIBS_VER\"" "$ENV_JSON" && grep -qF "\"$TL_SRC\"" "$ENV_JSON"
 }
 if complete; then summary; exit 0; fi
 
-# 1. clang-19 + lld-19 from the system's (bookworm) apt.
-if [ ! -x "$CLANG" ] || [ ! -x /usr/bin/ld.lld-19 ]; then
+# 1. clang + lld of each arch from the system's (bookworm) apt: clang-19 from bookworm, clang-22 from
+#    bookworm-security (both in a stock bookworm sources list).
+need=()
+for v in $GFX942_CLANG $GFX950_CLANG; do
+  [ -x "$(clang_of "$v")" ] && [ -x "/usr/bin/ld.lld-$v" ] || need+=("clang-$v" "lld-$v")
+done
+if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$CLANG_PKG" "$LLD_PKG" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 # 2. HIP headers + device libs: .debs fetched with a private apt state, unpacked locally.
-if [ ! -f "$HIP_ROOT/include/hip/hip_runtime.h" ] || [ ! -f "$DEVLIB_DIR/oclc_isa_version_942.bc" ]; then
+if [ ! -f "$HIP_ROOT/include/hip/hip_runtime.h" ] || [ ! -f "$GFX942_DEVLIB_DIR/oclc_isa_version_942.bc" ] \
+   || [ ! -f "$GFX950_DEVLIB_DIR/oclc_isa_version_950.bc" ]; then
   APT="$(mktemp -d)"; trap 'rm -rf "$APT"' EXIT
   mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$APT/debs"
   KEY=/usr/share/keyrings/debian-archive-keyring.gpg
@@ -52,7 +67,8 @@ if [ ! -f "$HIP_ROOT/include/hip/hip_runtime.h" ] || [ ! -f "$DEVLIB_DIR/oclc_is
           -o Dir::State::Lists="$APT/lists" -o Dir::Cache="$APT/cache"
           -o Dir::State::status=/dev/null -o APT::Sandbox::User=root -qq)
   apt-get "${APTOPT[@]}" update
-  (cd "$APT/debs" && apt-get "${APTOPT[@]}" download "$HIP_PKG=$HIP_VER" "$DEVLIBS_PKG=$DEVLIBS_VER")
+  (cd "$APT/debs" && apt-get "${APTOPT[@]}" download "$HIP_PKG=$HIP_VER" "$GFX942_DEVLIBS=$GFX942_DEVLIBS_VER" \
+                                                      "$GFX950_DEVLIBS=$GFX950_DEVLIBS_VER")
   rm -rf "$TC/hip"; mkdir -p "$TC/hip"
   for deb in "$APT"/debs/*.deb; do dpkg -x "$deb" "$TC/hip"; done
 fi
@@ -64,25 +80,36 @@ mkdir -p "$STUB/rocwmma"; : > "$STUB/rocwmma/rocwmma.hpp"
 touch "$REPO/.gitignore"
 grep -qxF '/.toolchain/' "$REPO/.gitignore" || echo '/.toolchain/' >> "$REPO/.gitignore"
 
-# 5. env.json. Command: [clang] + flags + ["-I"+d for d in include_dirs] + ["-S"|"-c", "-o", out, src]
+# 5. env.json. Command of an arch: [clang] + flags + ["-I"+d for d in include_dirs] + ["-S"|"-c", "-o", out, src]
+arch_entry() {  # arch, clang version, device-libs package, its version, its bitcode dir, extra flags
+  local clang; clang="$(clang_of "$2")"
+  cat <<ENTRY
+    "$1": {
+      "clang": "$clang",
+      "clang_version": "$("$clang" --version | head -1)",
+      "device_libs_package": "$3",
+      "device_libs_version": "$4",
+      "device_lib_path": "$5",
+      "flags": ["-x", "hip", "--offload-arch=$1", "--cuda-device-only", "-O3", "-std=c++17",
+                "--rocm-path=$HIP_ROOT", "--rocm-device-lib-path=$5", $6
+                "-include", "hip/hip_bfloat16.h"]
+    }
+ENTRY
+}
 cat > "$ENV_JSON" <<EOF
 {
-  "arch": "$ARCH",
-  "clang": "$CLANG",
-  "clang_version": "$("$CLANG" --version | head -1)",
   "hip_package": "$HIP_PKG",
   "hip_version": "$HIP_VER",
-  "device_libs_package": "$DEVLIBS_PKG",
-  "device_libs_version": "$DEVLIBS_VER",
   "rocm_path": "$HIP_ROOT",
   "hip_include_dir": "$HIP_ROOT/include",
-  "device_lib_path": "$DEVLIB_DIR",
   "include_dirs": ["$TL_SRC", "$STUB"],
-  "flags": ["-x", "hip", "--offload-arch=$ARCH", "--cuda-device-only", "-O3", "-std=c++17",
-            "--rocm-path=$HIP_ROOT", "--rocm-device-lib-path=$DEVLIB_DIR",
-            "-include", "hip/hip_bfloat16.h"],
-  "code_object_flags": ["-c", "--no-gpu-bundle-output"]
+  "code_object_flags": ["-c", "--no-gpu-bundle-output"],
+  "archs": {
+$(arch_entry gfx942 "$GFX942_CLANG" "$GFX942_DEVLIBS" "$GFX942_DEVLIBS_VER" "$GFX942_DEVLIB_DIR" ""),
+$(arch_entry gfx950 "$GFX950_CLANG" "$GFX950_DEVLIBS" "$GFX950_DEVLIBS_VER" "$GFX950_DEVLIB_DIR" "$GFX950_EXTRA")
+  }
 }
 EOF
+"$PY" -c 'import json, sys; json.load(open(sys.argv[1]))' "$ENV_JSON" || { echo "$ENV_JSON is not valid JSON" >&2; exit 1; }
 complete || { echo "toolchain incomplete after fetch" >&2; exit 1; }
 summary

@@ -12,10 +12,10 @@ from types import MappingProxyType
 
 from codegen.errors import TilegenError
 from codegen.hardware import Hardware, Target
-from codegen.targets import gfx942, sm90
+from codegen.targets import gfx942, gfx950, sm90
 from codegen.targets.base import TargetSpec, Toolchain
 
-_MODULES = (gfx942, sm90)
+_MODULES = (gfx942, gfx950, sm90)
 
 TARGETS: Mapping[Target, TargetSpec] = MappingProxyType({m.TARGET.target: m.TARGET for m in _MODULES})
 HARDWARE: Mapping[Target, Hardware] = MappingProxyType({t: spec.hw for t, spec in TARGETS.items()})

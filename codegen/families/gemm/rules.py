@@ -119,13 +119,19 @@ def k_pack_target(c: GemmContext) -> Iterator[Violation]:
     override = c.spec.overrides.get(c.hw.target)
     if not c.target.supports_k_pack and override is not None and override.k_pack not in (None, 1):
         yield Violation(rule="k_pack_target", path=("overrides", c.hw.target.value, "k_pack"), value=override.k_pack,
-                        message=f"k_pack exists only for gfx942's MFMA gemm, not {c.hw.target}")
+                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
+                                f"not {c.hw.target}")
     # a top-level k_pack that no k_pack target takes (none listed, or each overrides it) would be silently ignored;
     # every target finds it alike, and build_instances reports identical lines once
     if c.spec.k_pack != 1 and not any(TARGETS[t].supports_k_pack and c.spec.tuning_for(t)[1]["k_pack"] == ("k_pack",)
                                       for t in c.spec.targets):
         yield Violation(rule="k_pack_target", path=("k_pack",), value=c.spec.k_pack,
-                        message="k_pack exists only for gfx942's MFMA gemm, and no gfx942 target here uses this value")
+                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
+                                "and no such target here uses this value")
+
+
+def _k_pack_targets() -> list[str]:
+    return [t.value for t, spec in TARGETS.items() if spec.supports_k_pack]
 
 
 def swizzle_panel(c: GemmContext) -> Iterator[Violation]:
