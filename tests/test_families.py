@@ -108,16 +108,17 @@ def plugins(monkeypatch):
 
 def test_builtin_families_serve_every_bundled_op():
     assert {op: f.name for op, f in registry().items()} == {
-        "gemm": "gemm", "softmax": "softmax", "rmsnorm": "norm", "layernorm": "norm", "attention": "attention"}
+        "gemm": "gemm", "softmax": "softmax", "rmsnorm": "norm", "layernorm": "norm", "attention": "attention",
+        "rope": "rope"}
 
 
 def test_unknown_op_is_a_located_error():
     with pytest.raises(SpecErrors) as exc:
-        parse_specs("- name: x\n  op: rope\n", "specs/x.yaml")
-    assert str(exc.value) == ("specs/x.yaml:2:7: op='rope': unknown operator "
-                              "(known: attention, gemm, layernorm, rmsnorm, softmax) [op]")
-    with pytest.raises(TilegenError, match="unknown operator 'rope'"):
-        family_for_op("rope")
+        parse_specs("- name: x\n  op: conv\n", "specs/x.yaml")
+    assert str(exc.value) == ("specs/x.yaml:2:7: op='conv': unknown operator "
+                              "(known: attention, gemm, layernorm, rmsnorm, rope, softmax) [op]")
+    with pytest.raises(TilegenError, match="unknown operator 'conv'"):
+        family_for_op("conv")
 
 
 def test_a_family_from_an_entry_point_is_loaded_checked_and_rendered(plugins):

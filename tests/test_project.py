@@ -61,10 +61,11 @@ def test_init_writes_a_project_that_validates_and_generates(tmp_path):
     result = runner.invoke(app, ["init", str(dest)])
     assert result.exit_code == 0, result.output
     assert {p.name for p in (dest / "specs").iterdir()} == {"gemm.yaml", "softmax.yaml", "rmsnorm.yaml",
-                                                            "layernorm.yaml", "attention.yaml"}
+                                                            "layernorm.yaml", "attention.yaml",
+                                                            "rope.yaml"}
     project = Project(root=dest.resolve())
     ops = {i.op for i in project.instances()}
-    assert ops == {"gemm", "softmax", "rmsnorm", "layernorm", "attention"}
+    assert ops == {"gemm", "softmax", "rmsnorm", "layernorm", "attention", "rope"}
     for args in (["validate"], ["gen"], ["gen", "--check"]):
         result = runner.invoke(app, ["--project", str(dest), *args])
         assert result.exit_code == 0, (args, result.output)
@@ -86,10 +87,10 @@ def test_project_option_and_discovery_from_a_subfolder(tmp_path, monkeypatch):
     sub = tmp_path / "specs"
     monkeypatch.chdir(sub)
     found = runner.invoke(app, ["validate"])
-    assert found.exit_code == 0 and "5 spec(s)" in found.output
+    assert found.exit_code == 0 and "6 spec(s)" in found.output
     monkeypatch.chdir(REPO_ROOT)
     named = runner.invoke(app, ["-C", str(tmp_path), "validate"])
-    assert named.exit_code == 0 and "5 spec(s)" in named.output
+    assert named.exit_code == 0 and "6 spec(s)" in named.output
 
 
 def test_reports_and_lowered_sources_default_into_the_project(tmp_path, monkeypatch):

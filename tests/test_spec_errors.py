@@ -184,10 +184,10 @@ def test_missing_field_points_at_its_mapping():
 
 def test_missing_or_unknown_op():
     assert errors(edit(BASE, "  op: gemm\n", "")) == [
-        "specs/x.yaml:1:3: op: required field is missing (one of: attention, gemm, layernorm, rmsnorm, softmax) [missing]"
+        "specs/x.yaml:1:3: op: required field is missing (one of: attention, gemm, layernorm, rmsnorm, rope, softmax) [missing]"
     ]
     assert errors(edit(BASE, "op: gemm", "op: conv2d")) == [
-        "specs/x.yaml:2:7: op='conv2d': unknown operator (known: attention, gemm, layernorm, rmsnorm, softmax) [op]"
+        "specs/x.yaml:2:7: op='conv2d': unknown operator (known: attention, gemm, layernorm, rmsnorm, rope, softmax) [op]"
     ]
 
 

@@ -1,10 +1,10 @@
 """The family registry: each `op:` value -> the `Family` that provides it.
 
-Built-in families are the packages here (gemm, softmax, norm, attention). Families outside this package
+Built-in families are the packages here (gemm, softmax, norm, attention, rope). Families outside this package
 register through the entry-point group `tilegen.families`, each entry point loading a `Family`:
 
     [project.entry-points."tilegen.families"]
-    rope = "my_package.rope:FAMILY"
+    scale = "my_package.scale:FAMILY"
 
 An op claimed twice, an entry point that does not load, or one that is not a `Family` is an error that
 names the entry point. Load, rules, render, verify and bench look families up here and nowhere else.
@@ -20,11 +20,11 @@ from types import MappingProxyType
 from pydantic import BaseModel
 
 from codegen.errors import TilegenError
-from codegen.families import attention, gemm, norm, softmax
+from codegen.families import attention, gemm, norm, rope, softmax
 from codegen.families.base import Family, InstanceBase, Numerics
 
 ENTRY_POINT_GROUP = "tilegen.families"
-BUILTIN: tuple[Family, ...] = (gemm.FAMILY, softmax.FAMILY, norm.FAMILY, attention.FAMILY)
+BUILTIN: tuple[Family, ...] = (gemm.FAMILY, softmax.FAMILY, norm.FAMILY, attention.FAMILY, rope.FAMILY)
 
 
 class FamilyRegistryError(TilegenError):
