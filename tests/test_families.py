@@ -58,6 +58,9 @@ class ScaleInstance(InstanceBase):
     def metadata(self, uri: str) -> dict[str, object]:
         return {"uri": uri, "factor": self.factor}
 
+    def launch_grids(self, shape) -> tuple[tuple[int, int, int], ...]:
+        return ((1, 1, 1),)  # every family says its grids (rule grid_limit)
+
 
 def _check(spec: ScaleSpec, target) -> list[Violation]:
     return list(threads_violations(spec.threads, target.hw, ("threads",)))

@@ -28,7 +28,12 @@ class InstanceBase:
     """Identity shared by every family's instance: a frozen, keyword-only dataclass with at least the
     fields name, target, op, template, spec_file, shapes, tail, allow_spills, min_waves_per_simd,
     verify_tolerance_scale, lds_bytes, threads and tilelang_target, and the methods template_vars(),
-    metadata(uri), summary() and dtype_label()."""
+    metadata(uri), summary(), dtype_label() and launch_grids(shape)."""
+
+    def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """The (x, y, z) workgroup grid of each kernel the template launches for `shape`, from the same
+        expressions as its `T.Kernel(...)` calls (rule grid_limit checks them against the target)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its launch grids")
 
     def canonical(self, template_sha256: str) -> str:
         data = asdict(self)

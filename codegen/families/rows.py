@@ -201,6 +201,11 @@ class RowInstance(InstanceBase):
     def template_vars(self) -> dict[str, object]:
         return {"target_literal": repr(dict(self.tilelang_target))}
 
+    def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """`T.Kernel(M, ...)`: one workgroup per row, along x."""
+        rows, _ = shape
+        return ((rows, 1, 1),)
+
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
         return {
