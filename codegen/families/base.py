@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -86,6 +86,9 @@ class Numerics:
     bytes: Callable[..., float]  # (inst, shape) -> compulsory DRAM bytes
     make_inputs: Callable[..., object]  # (inst, shape, *, seed, kind, device, run_target) -> case
     reference: Callable[..., tuple]  # (inst, case) -> (fp32 reference, error magnitude for the tolerance)
+    # (inst, case, max_elements) -> Iterator[codegen.verify.CheckChunk] covering the output once: the
+    # reference, magnitude and controls of each piece, its fp32 temporaries about max_elements each
+    chunks: Callable[..., Iterator]
     tolerance: Callable[..., object]  # (inst, shape, run_target) -> a tolerance with bound(ref, mag), describe()
     controls: Callable[..., dict]  # (inst, case, ref) -> {name: wrong output}: each must fail the check
     derived_shapes: Callable[..., list]  # (inst) -> edge shapes verified on top of the spec's
