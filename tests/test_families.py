@@ -78,7 +78,7 @@ def _unused(*args, **kwargs):
 SCALE = Family(
     name="scale", specs={"scale": ScaleSpec}, template_dir=TEMPLATES, check=_check, instance=_instance,
     numerics=Numerics(flops=_unused, bytes=_unused, make_inputs=_unused, reference=_unused, tolerance=_unused,
-                      controls=_unused, derived_shapes=lambda inst: [], out_shape=_unused, launch=_unused,
+                      controls=_unused, chunks=_unused, derived_shapes=lambda inst: [], out_shape=_unused, launch=_unused,
                       baselines=_unused),
 )
 NOT_A_FAMILY = {"name": "scale"}
