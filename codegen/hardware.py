@@ -60,3 +60,8 @@ class Hardware:
     peak_dense_tflops: Mapping[DType, float]
     hbm_bandwidth_tbps: float
     lds_word: str  # what the vendor calls it, for messages: "LDS" or "shared memory"
+    # Launch grid: workgroups per grid dimension (x, y, z), and where the runtime counts the grid in
+    # work-items instead (AMD: grid_dim * block_dim per dimension), the most work-items per dimension;
+    # None where there is no such limit. Rule grid_limit reads both.
+    max_grid_workgroups: tuple[int, int, int]
+    max_grid_work_items: int | None

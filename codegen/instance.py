@@ -11,6 +11,7 @@ from codegen.families import family_for_op
 from codegen.families.base import InstanceBase
 from codegen.hardware import Target
 from codegen.load import LoadedSpec, format_path
+from codegen.rules import Violation, grid_violations
 from codegen.targets import TARGETS
 
 KernelInstance = InstanceBase  # every family's instance derives from it
@@ -19,6 +20,14 @@ KernelInstance = InstanceBase  # every family's instance derives from it
 def make_instance(loaded: LoadedSpec, target: Target) -> KernelInstance:
     """The instance of one loaded spec for one target, by its family (rules not checked)."""
     return family_for_op(loaded.spec.op).instance(loaded.spec, TARGETS[target], loaded.doc.file)
+
+
+def grid_limit(inst: KernelInstance) -> list[Violation]:
+    """Rule grid_limit over every shape of one instance: its launch grids (the family's
+    `launch_grids`) within its target's limits (codegen.rules.grid_violations)."""
+    hw = TARGETS[inst.target].hw
+    return [v for i, shape in enumerate(inst.shapes)
+            for v in grid_violations(inst.launch_grids(shape), inst.threads, hw, ("shapes", i))]
 
 
 def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = None) -> list[KernelInstance]:
@@ -49,13 +58,17 @@ def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = Non
                                         f"overrides.{tgt.value}: {tgt.value} is not in targets", "override_target"))
         fam = family_for_op(spec.op)
         for tgt in sorted(set(spec.targets)):
-            for v in fam.check(spec, TARGETS[tgt]):
+            violations = fam.check(spec, TARGETS[tgt])
+            inst = fam.instance(spec, TARGETS[tgt], ls.doc.file)
+            if not violations:  # a grid from an illegal tiling would only repeat its error
+                violations = grid_limit(inst)
+            for v in violations:
                 shown = format_path(v.path)
                 if v.value is not None:
                     shown += f"={v.value}"
                 errors.append(SpecError(ls.locate(v.path), f"{shown}: {v.message}", v.rule))
             if targets is None or tgt in targets:
-                instances.append(fam.instance(spec, TARGETS[tgt], ls.doc.file))
+                instances.append(inst)
     if errors:
         # a rule that does not depend on the target fails alike on each one: report it once
         raise SpecErrors(list({str(e): e for e in errors}.values()))

@@ -57,3 +57,26 @@ def threads_violations(threads: int, hw: Hardware, path: FieldPath) -> Iterator[
     elif threads > hw.max_threads_per_workgroup:
         yield Violation(rule="wave_multiple", path=path, value=threads,
                         message=f"exceeds {hw.max_threads_per_workgroup} threads per workgroup on {hw.target}")
+
+
+Grid = tuple[int, int, int]  # workgroups along x, y, z of one kernel launch
+GRID_AXES = ("x", "y", "z")
+
+
+def grid_violations(grids: tuple[Grid, ...], threads: int, hw: Hardware, path: FieldPath) -> Iterator[Violation]:
+    """Rule grid_limit, for every family: each launch grid of one shape (the family's instance says
+    them: `launch_grids(shape)`) within the target's workgroups per dimension and, where the runtime
+    counts work-items (gfx942), workgroups x workgroup size per dimension (TileLang's workgroups are
+    (threads, 1, 1)). One violation per dimension: the largest extent over the shape's launches."""
+    block = (threads, 1, 1)
+    for axis, name in enumerate(GRID_AXES):
+        extent = max((g[axis] for g in grids), default=0)
+        limit = hw.max_grid_workgroups[axis]
+        items = extent * block[axis]
+        if extent > limit:
+            yield Violation(rule="grid_limit", path=path, value=None,
+                            message=f"grid {name} = {extent} exceeds {hw.target}'s limit {limit}")
+        elif hw.max_grid_work_items is not None and items > hw.max_grid_work_items:
+            yield Violation(rule="grid_limit", path=path, value=None,
+                            message=f"grid {name} = {extent} workgroups x {block[axis]} threads = {items} "
+                                    f"work-items exceeds {hw.target}'s limit {hw.max_grid_work_items} per dimension")

@@ -6,10 +6,18 @@ a bound per output element from the output dtype's rounding plus a model of the 
 error, only the model scaled by the spec's verify_tolerance_scale. The check passes only if *no*
 element exceeds its tolerance, and only counts as verified if every applicable negative control (a
 plausible wrong output: zeros, a transposition, a dropped tile, a missing mask) fails it.
+
+The reference, the tolerance and the controls are computed chunk by chunk (`Numerics.chunks`: row blocks
+for the row families, row x column blocks of C for GEMM, (batch, K/V-head group, query block) for
+attention), each chunk's fp32 temporaries at most about VERIFY_CHUNK_ELEMENTS elements, so the checker's
+extra GPU memory is bounded by the chunk size, not the problem: a problem whose own inputs and output fit
+on the GPU can be verified. The figures are exact over chunks (maxima and counts add up); a control is
+rejected when any chunk rejects it, n/a only when it equals the reference in every chunk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from codegen.families import family
@@ -26,20 +34,54 @@ class Comparison:
     passed: bool
 
 
-def compare(out, ref, bound) -> Comparison:
-    import torch
+# fp32 elements of one verification chunk's largest temporary (64 MiB); a chunk keeps about a dozen
+# such temporaries alive (reference, error magnitude, bound, controls, the comparison's difference and
+# mask), so the checker's extra memory stays under 1 GiB whatever the problem size.
+VERIFY_CHUNK_ELEMENTS = 1 << 24
 
-    diff = (out.float() - ref).abs()
-    bad = ~(diff <= bound)  # NaN counts as a mismatch
-    rel = diff / ref.abs().clamp_min(torch.finfo(torch.float32).tiny)
-    n = max(diff.numel(), 1)
-    mismatches = int(bad.sum().item())
-    return Comparison(
-        max_abs_err=float(diff.nan_to_num(nan=float("inf")).max().item()) if diff.numel() else 0.0,
-        max_rel_err=float(rel.nan_to_num(nan=float("inf")).max().item()) if diff.numel() else 0.0,
-        mismatch_ratio=mismatches / n,
-        passed=mismatches == 0,
-    )
+
+@dataclass(frozen=True, kw_only=True)
+class CheckChunk:
+    """One piece of a check: the output elements `out[index]` and, for them, the fp32 reference, the
+    modelled error magnitude and each negative control's wrong values."""
+
+    index: tuple  # indexes the output tensor (slices, in the output's own dimensions)
+    ref: object
+    mag: object
+    controls: Mapping[str, object]
+
+
+@dataclass
+class _Tally:
+    """Comparison figures summed over chunks."""
+
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    mismatches: int = 0
+    n: int = 0
+
+    def add(self, out, ref, bound) -> int:
+        import torch
+
+        diff = (out.float() - ref).abs()
+        bad = int((~(diff <= bound)).sum().item())  # NaN counts as a mismatch
+        if diff.numel():
+            rel = diff / ref.abs().clamp_min(torch.finfo(torch.float32).tiny)
+            self.max_abs = max(self.max_abs, float(diff.nan_to_num(nan=float("inf")).max().item()))
+            self.max_rel = max(self.max_rel, float(rel.nan_to_num(nan=float("inf")).max().item()))
+        self.mismatches += bad
+        self.n += diff.numel()
+        return bad
+
+    def result(self) -> Comparison:
+        return Comparison(max_abs_err=self.max_abs, max_rel_err=self.max_rel,
+                          mismatch_ratio=self.mismatches / max(self.n, 1), passed=self.mismatches == 0)
+
+
+def compare(out, ref, bound) -> Comparison:
+    tally = _Tally()
+    tally.add(out, ref, bound)
+    return tally.result()
 
 
 @dataclass(kw_only=True)
@@ -64,18 +106,35 @@ class CaseResult:
 
 
 def judge(out, ref, abs_product, tol, controls: dict[str, object]) -> tuple[str, Comparison, dict[str, str]]:
-    """Compare the kernel output; then require every negative control to fail the same check."""
+    """Compare the kernel output with the whole reference; then require every negative control to fail
+    the same check (one chunk of judge_chunks)."""
+    return judge_chunks(out, [CheckChunk(index=(...,), ref=ref, mag=abs_product, controls=controls)], tol)
+
+
+def judge_chunks(out, chunks: Iterable[CheckChunk], tol) -> tuple[str, Comparison, dict[str, str]]:
+    """judge, chunk by chunk: the output's figures summed over the chunks; a control is rejected as soon as
+    one chunk rejects it (later chunks skip it), n/a if it equals the reference in every chunk, and
+    vacuous if it differs somewhere yet no chunk rejects it."""
     import torch
 
-    bound = tol.bound(ref, abs_product)
-    result = compare(out, ref, bound)
+    tally = _Tally()
+    state: dict[str, str] = {}  # control -> "identical" | "differs" | "rejected"
+    for chunk in chunks:
+        bound = tol.bound(chunk.ref, chunk.mag)
+        tally.add(out[chunk.index], chunk.ref, bound)
+        for name, wrong in chunk.controls.items():
+            seen = state.setdefault(name, "identical")
+            if seen == "rejected" or torch.equal(wrong, chunk.ref):
+                continue
+            state[name] = "rejected" if _Tally().add(wrong, chunk.ref, bound) else "differs"
+        del bound, chunk
+    result = tally.result()
     outcome: dict[str, str] = {}
     vacuous = False
-    for name, wrong in controls.items():
-        if torch.equal(wrong, ref):
+    for name, seen in state.items():
+        if seen == "identical":
             outcome[name] = "n/a (identical to the reference for this shape)"
-            continue
-        if compare(wrong, ref, bound).passed:
+        elif seen == "differs":
             outcome[name] = "PASSED (tolerance is vacuous)"
             vacuous = True
         else:
@@ -119,14 +178,12 @@ def verify_case(rendered, shape: tuple[int, ...], run_target: Target, seeds=None
             c = torch.full(fam.out_shape(inst, shape), float("nan"), dtype=out_dtype, device="cuda")  # unwritten fails
             fam.launch(kernel, case, c)
             torch.cuda.synchronize()
-            ref, abs_product = fam.reference(inst, case)
-            controls = fam.controls(inst, case, ref)
-            status, cmp, outcome = judge(c, ref, abs_product, tol, controls)
+            status, cmp, outcome = judge_chunks(c, fam.chunks(inst, case, VERIFY_CHUNK_ELEMENTS), tol)
             results.append(CaseResult(
                 uri=rendered.uri, target=inst.target.value, run_target=run_target.value, shape=tuple(shape), seed=seed,
                 inputs=kind, status=status, label=run_label(inst.target, run_target), tolerance=tol.describe(),
                 max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err, mismatch_ratio=cmp.mismatch_ratio,
                 controls=outcome, seconds=time.perf_counter() - t0,
             ))
-            del case, c, ref, abs_product, controls
+            del case, c
     return results

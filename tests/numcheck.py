@@ -7,12 +7,14 @@ from dataclasses import replace
 
 from codegen.families import family
 from codegen.targets import torch_dtype
-from codegen.verify import judge
+from codegen.verify import judge, judge_chunks
 
 
-def check_output(inst, shape, out_fn, kind: str = "normal", scale: float | None = None):
+def check_output(inst, shape, out_fn, kind: str = "normal", scale: float | None = None,
+                 max_elements: int | None = None):
     """(status, comparison, controls) of `out_fn(case, ref)` judged against the family's reference;
-    `scale` replaces the spec's verify_tolerance_scale when given."""
+    `scale` replaces the spec's verify_tolerance_scale when given. With `max_elements`, the chunked
+    check verify runs (the family's `chunks`), else the whole-tensor one."""
     fam = family(inst).numerics
     case = fam.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
     ref, mag = fam.reference(inst, case)
@@ -20,4 +22,6 @@ def check_output(inst, shape, out_fn, kind: str = "normal", scale: float | None 
     tol = fam.tolerance(inst, shape, inst.target)
     if scale is not None:
         tol = replace(tol, scale=scale)
+    if max_elements is not None:
+        return judge_chunks(out, fam.chunks(inst, case, max_elements), tol)
     return judge(out, ref, mag, tol, fam.controls(inst, case, ref))

@@ -191,7 +191,7 @@ def test_buggy_outputs_fail(bug):
         elif bug == "p_not_renormalised":  # the last row sum misses one block's rescale: ~1% off
             out[0, :, :] *= 1.01
         elif bug == "wrong_kv_head":  # heads 0,1 -> K/V head 0 and 2,3 -> 1 swapped for 0,2 -> 0 and 1,3 -> 1
-            wrong = replace(case, K32=case.K32[:, :, [1, 0]], V32=case.V32[:, :, [1, 0]])
+            wrong = replace(case, K=case.K[:, :, [1, 0]], V=case.V[:, :, [1, 0]])
             out = ATTENTION.reference(inst, wrong)[0]
         return out
 

@@ -58,6 +58,9 @@ class ScaleInstance(InstanceBase):
     def metadata(self, uri: str) -> dict[str, object]:
         return {"uri": uri, "factor": self.factor}
 
+    def launch_grids(self, shape) -> tuple[tuple[int, int, int], ...]:
+        return ((1, 1, 1),)  # every family says its grids (rule grid_limit)
+
 
 def _check(spec: ScaleSpec, target) -> list[Violation]:
     return list(threads_violations(spec.threads, target.hw, ("threads",)))
@@ -75,7 +78,7 @@ def _unused(*args, **kwargs):
 SCALE = Family(
     name="scale", specs={"scale": ScaleSpec}, template_dir=TEMPLATES, check=_check, instance=_instance,
     numerics=Numerics(flops=_unused, bytes=_unused, make_inputs=_unused, reference=_unused, tolerance=_unused,
-                      controls=_unused, derived_shapes=lambda inst: [], out_shape=_unused, launch=_unused,
+                      controls=_unused, chunks=_unused, derived_shapes=lambda inst: [], out_shape=_unused, launch=_unused,
                       baselines=_unused),
 )
 NOT_A_FAMILY = {"name": "scale"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -35,7 +35,7 @@ class InstanceBase:
     """Identity shared by every family's instance: a frozen, keyword-only dataclass with at least the
     fields name, target, op, template, spec_file, shapes, tail, allow_spills, min_waves_per_simd,
     verify_tolerance_scale, lds_bytes, threads and tilelang_target, and the methods stem(),
-    template_vars(), metadata(uri), summary() and dtype_label().
+    template_vars(), metadata(uri), summary(), dtype_label() and launch_grids(shape).
 
     A kernel is named by what changes its code: `stem()` (readable: op, dtypes, layout, tiles, schedule,
     tail), the target, and a short sha256 of the canonical configuration (every field but the workload
@@ -46,6 +46,11 @@ class InstanceBase:
         """The readable part of the kernel's name; families name what changes their code (the hash after it
         keeps names unique whatever a family puts here)."""
         return self.op
+
+    def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """The (x, y, z) workgroup grid of each kernel the template launches for `shape`, from the same
+        expressions as its `T.Kernel(...)` calls (rule grid_limit checks them against the target)."""
+        raise NotImplementedError(f"{type(self).__name__} does not say its launch grids")
 
     def canonical(self, template_sha256: str) -> str:
         data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS}
@@ -107,6 +112,9 @@ class Numerics:
     bytes: Callable[..., float]  # (inst, shape) -> compulsory DRAM bytes
     make_inputs: Callable[..., object]  # (inst, shape, *, seed, kind, device, run_target) -> case
     reference: Callable[..., tuple]  # (inst, case) -> (fp32 reference, error magnitude for the tolerance)
+    # (inst, case, max_elements) -> Iterator[codegen.verify.CheckChunk] covering the output once: the
+    # reference, magnitude and controls of each piece, its fp32 temporaries about max_elements each
+    chunks: Callable[..., Iterator]
     tolerance: Callable[..., object]  # (inst, shape, run_target) -> a tolerance with bound(ref, mag), describe()
     controls: Callable[..., dict]  # (inst, case, ref) -> {name: wrong output}: each must fail the check
     derived_shapes: Callable[..., list]  # (inst) -> edge shapes verified on top of the spec's

@@ -209,6 +209,11 @@ class RowInstance(InstanceBase):
     def template_vars(self) -> dict[str, object]:
         return {"target_literal": repr(dict(self.tilelang_target))}
 
+    def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """`T.Kernel(M, ...)`: one workgroup per row, along x."""
+        rows, _ = shape
+        return ((rows, 1, 1),)
+
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
         return {
@@ -271,7 +276,11 @@ def row_derived_shapes(inst) -> list[tuple[int, int]]:
 @dataclass(frozen=True, kw_only=True)
 class RowCase:
     X: object  # stored input (device, input dtype)
-    X32: object  # the same rounded values in fp32
+
+    @property
+    def X32(self):
+        """The same rounded values in fp32, made on use (a chunk's rows only, in the chunked check)."""
+        return self.X.float()
 
 
 def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> RowCase:
@@ -286,7 +295,34 @@ def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target)
         x = x * torch.exp(torch.empty(rows, 1).uniform_(-2, 2, generator=g)) + 2 * torch.randn(rows, 1, generator=g)
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     xq = x.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
-    return RowCase(X=xq.to(device), X32=xq.float().to(device))
+    return RowCase(X=xq.to(device))
+
+
+def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_controls: tuple[str, ...] = (),
+               whole_controls=None):
+    """The chunked check of a row family: blocks of whole rows, about max_elements elements each (one row
+    at least), the case's X sliced (weights and bias whole). `reference(inst, sub)` and
+    `controls(inst, sub, ref)` are the family's own, row by row alike; a control in `first_row_controls`
+    wrongs the first row only, so in later blocks it is the reference itself; `whole_controls(inst, case,
+    step)`, if given, returns {name: fn(sub, r0) -> wrong} for controls that mix rows (a pre-pass over the
+    blocks gathers what they need)."""
+    from dataclasses import replace
+
+    from codegen.verify import CheckChunk
+
+    rows, cols = case.X.shape
+    step = max(1, max_elements // max(cols, 1))
+    mixed = whole_controls(inst, case, step) if whole_controls else {}
+    for r0 in range(0, rows, step):
+        sub = replace(case, X=case.X[r0:r0 + step])
+        ref, mag = reference(inst, sub)
+        wrong = controls(inst, sub, ref)
+        for name in first_row_controls:
+            if r0 > 0:
+                wrong[name] = ref
+        for name, fn in mixed.items():
+            wrong[name] = fn(sub, r0)
+        yield CheckChunk(index=(slice(r0, r0 + step),), ref=ref, mag=mag, controls=wrong)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,6 +47,13 @@ HW = Hardware(
     ),
     hbm_bandwidth_tbps=5.3,
     lds_word="LDS",
+    # ROCm clr, hipamd/src/hip_device.cpp ihipGetDeviceProperties (ROCm 6.x): maxGridSize = {INT32_MAX,
+    # UINT16_MAX + 1, UINT16_MAX + 1}; and HIP's API notes (hipModuleLaunchKernel and the occupancy calls):
+    # "HIP does not support kernel launch with total work items defined in dimension with size
+    # gridDim x blockDim >= 2^32" -- the HSA AQL dispatch packet's grid_size_x/y/z are uint32 work-item
+    # counts, not workgroup counts.
+    max_grid_workgroups=(2**31 - 1, 65536, 65536),
+    max_grid_work_items=2**32 - 1,
 )
 
 GFX942_ARCH = HW.tilelang_target["mcpu"]

@@ -20,6 +20,9 @@ from codegen.targets import amdgcn
 from codegen.targets.amdgcn import ROCM_ROOT, AmdToolchain
 
 HW = Hardware(
+    # launch limits as gfx942's (HIP's maxGridSize, and the AQL dispatch packet's 32-bit work-item count):
+    max_grid_workgroups=(2**31 - 1, 65536, 65536),
+    max_grid_work_items=2**32 - 1,
     target=Target.GFX950,
     product="AMD Instinct MI355X",
     vendor="amd",

@@ -63,6 +63,10 @@ HW = Hardware(
     ),
     hbm_bandwidth_tbps=4.8,
     lds_word="shared memory",
+    # CUDA C++ Programming Guide, "Technical Specifications per Compute Capability" (9.0): maximum x-dimension
+    # of a grid of thread blocks 2^31 - 1, maximum y- or z-dimension 65535; cudaDeviceProp.maxGridSize.
+    max_grid_workgroups=(2**31 - 1, 65535, 65535),
+    max_grid_work_items=None,
 )
 
 # ---- toolchain ------------------------------------------------------------------------------------

@@ -68,6 +68,11 @@ class AttentionInstance(InstanceBase):
             "scale_log2_literal": repr(self.softmax_scale * LOG2E),
         }
 
+    def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """`T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head, batch)."""
+        batch, heads, _, seq_q, _ = shape
+        return ((-(-seq_q // self.block_m), heads, batch),)
+
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
         return {

@@ -50,9 +50,20 @@ class AttentionCase:
     Q: object  # stored inputs (device, input dtype, kernel layout)
     K: object
     V: object
-    Q32: object  # the same rounded values in fp32
-    K32: object
-    V32: object
+    q_offset: int = 0  # position of Q's first row in the whole sequence (a chunk of the query rows)
+
+    # the same rounded values in fp32, made on use (a chunk's part only, in the chunked check)
+    @property
+    def Q32(self):
+        return self.Q.float()
+
+    @property
+    def K32(self):
+        return self.K.float()
+
+    @property
+    def V32(self):
+        return self.V.float()
 
 
 def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> AttentionCase:
@@ -72,8 +83,7 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
         v = v * torch.exp(torch.empty(1, 1, kvh, 1).uniform_(-1.5, 1.5, generator=g))
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     qq, kq, vq = q.to(dt), k.to(dt), v.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
-    return AttentionCase(Q=qq.to(device), K=kq.to(device), V=vq.to(device),
-                         Q32=qq.float().to(device), K32=kq.float().to(device), V32=vq.float().to(device))
+    return AttentionCase(Q=qq.to(device), K=kq.to(device), V=vq.to(device))
 
 
 def _attention32(inst, case: AttentionCase, *, causal: bool, stats: bool = False, kv_end=None):
@@ -88,7 +98,7 @@ def _attention32(inst, case: AttentionCase, *, causal: bool, stats: bool = False
     group = h // kvh
     out = torch.empty_like(q)
     mag = torch.empty_like(q) if stats else None
-    rows = torch.arange(sq, device=q.device)[:, None]
+    rows = torch.arange(sq, device=q.device)[:, None] + case.q_offset
     cols = torch.arange(skv, device=q.device)[None, :]
     allowed = (cols <= rows) if causal else torch.ones(sq, skv, dtype=torch.bool, device=q.device)
     if kv_end is not None:
@@ -167,6 +177,46 @@ def attention_controls(inst, case: AttentionCase, ref) -> dict[str, object]:
     }
 
 
+def attention_chunks(inst, case: AttentionCase, max_elements: int):
+    """The chunked check: per batch, groups of K/V heads with the query heads they serve, and blocks of
+    query rows, so that a chunk's score matrix (heads x rows x seq_kv fp32) is about max_elements
+    elements (one K/V head's group and one row at least). The causal mask and dropped_kv_block use the
+    rows' positions in the whole sequence (q_offset)."""
+    import torch
+
+    from codegen.verify import CheckChunk
+
+    b, sq, h, _ = case.Q.shape
+    skv, kvh = case.K.shape[1], case.K.shape[2]
+    group = h // kvh
+    per_kv_head = group * sq * skv
+    kv_step = max(1, min(kvh, max_elements // max(per_kv_head, 1)))
+    q_step = sq if kv_step > 1 or per_kv_head <= max_elements else max(1, max_elements // max(group * skv, 1))
+    visited = math.ceil(skv / inst.block_n)
+    if inst.causal:
+        visited = min(visited, math.ceil(inst.block_m / inst.block_n))
+    start = (visited - 1) * inst.block_n
+    for bi in range(b):
+        for g0 in range(0, kvh, kv_step):
+            heads = slice(g0 * group, min(kvh, g0 + kv_step) * group)
+            for q0 in range(0, sq, q_step):
+                rows = slice(q0, q0 + q_step)
+                sub = AttentionCase(Q=case.Q[bi:bi + 1, rows, heads], K=case.K[bi:bi + 1, :, g0:g0 + kv_step],
+                                    V=case.V[bi:bi + 1, :, g0:g0 + kv_step], q_offset=q0)
+                ref, mag = _attention32(inst, sub, causal=inst.causal, stats=True)
+                wrong, _ = _attention32(inst, sub, causal=not inst.causal)
+                dropped, top = ref, min(inst.block_m, sq) - q0
+                if top > 0:
+                    bad, _ = _attention32(inst, sub, causal=inst.causal, kv_end=lambda r: start)
+                    dropped = ref.clone()
+                    dropped[:, :top] = bad[:, :top]
+                controls = {"zeros": torch.zeros_like(ref),
+                            "causal_mask_missing" if inst.causal else "causal_mask_applied": wrong,
+                            "dropped_kv_block": dropped}
+                yield CheckChunk(index=(slice(bi, bi + 1), rows, heads), ref=ref, mag=mag, controls=controls)
+                del ref, mag, wrong, dropped, controls
+
+
 def attention_baselines(inst, case: AttentionCase, out_dtype):
     """F.scaled_dot_product_attention in [batch, heads, seq, dim] views of the same tensors, pinned to
     the flash and to the cuDNN backend (eager), and torch.compile of the explicit math. SDPA's causal
@@ -238,6 +288,7 @@ NUMERICS = Numerics(
     bytes=attention_bytes,
     make_inputs=attention_inputs,
     reference=attention_reference,
+    chunks=attention_chunks,
     tolerance=tolerance,
     controls=attention_controls,
     derived_shapes=attention_derived_shapes,

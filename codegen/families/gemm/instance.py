@@ -89,6 +89,24 @@ class GemmInstance(InstanceBase):
             "target_literal": repr(dict(self.tilelang_target)),
         }
 
+    def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """The template's `T.Kernel(...)` grids (T.use_swizzle only remaps block indices inside the grid):
+        one (ceil(N/block_n), ceil(M/block_m)) kernel; `specialized`: the interior (N//block_n, M//block_m),
+        the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it."""
+        m, n, _ = shape
+        bm, bn = self.block_m, self.block_n
+        if self.tail != TailPolicy.SPECIALIZED:
+            return ((-(-n // bn), -(-m // bm), 1),)
+        full_m, full_n = m // bm, n // bn
+        grids = []
+        if full_m > 0 and full_n > 0:
+            grids.append((full_n, full_m, 1))
+        if m % bm:
+            grids.append((-(-n // bn), 1, 1))
+        if n % bn and full_m > 0:
+            grids.append((full_m, 1, 1))
+        return tuple(grids)
+
     def metadata(self, uri: str) -> dict[str, object]:
         a, b, out, acc = self.spec_dtypes
         return {

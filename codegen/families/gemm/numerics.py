@@ -48,12 +48,27 @@ def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
 
 @dataclass(frozen=True, kw_only=True)
 class GemmCase:
-    """Inputs in the kernel's storage layout plus fp32 copies in logical (M x K, K x N) layout."""
+    """Inputs in the kernel's storage layout (A as K x M when trans_a, B as N x K when trans_b); their fp32
+    copies in logical (M x K, K x N) layout are made on use."""
 
     A: object  # torch tensors
     B: object
-    A32: object  # logical M x K, fp32
-    B32: object  # logical K x N, fp32
+    trans_a: bool = False
+    trans_b: bool = False
+
+    @property
+    def A32(self):
+        return (self.A.t() if self.trans_a else self.A).float()
+
+    @property
+    def B32(self):
+        return (self.B.t() if self.trans_b else self.B).float()
+
+    def block(self, rows: slice, cols: slice) -> GemmCase:
+        """The case of C[rows, cols]: A's rows and B's columns, still in their storage layout."""
+        a = self.A[:, rows] if self.trans_a else self.A[rows]
+        b = self.B[cols] if self.trans_b else self.B[:, cols]
+        return GemmCase(A=a, B=b, trans_a=self.trans_a, trans_b=self.trans_b)
 
 
 def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, device, run_target: Target) -> GemmCase:
@@ -77,7 +92,7 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     a_q, b_q = a.to(a_dt), b.to(b_dt)  # rounded inputs: the reference sees exactly what the kernel sees
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
-    return GemmCase(A=A, B=B, A32=a_q.float().to(device), B32=b_q.float().to(device))
+    return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b)
 
 
 def reference(case: GemmCase):
@@ -105,6 +120,50 @@ def dropped_k_tile(case: GemmCase, ref, block_m: int, block_k: int):
     bad = ref.clone()
     bad[rows] -= case.A32[rows, k0:] @ case.B32[k0:, :]
     return bad
+
+
+def wrong_operation_block(case: GemmCase, a32, cols: slice):
+    """wrong_operation's columns `cols`: B^T's memory read as K x N, W[kk, j] = B[p % K, p // K] with
+    p = kk*N + j, gathered from the stored B (no whole fp32 copy), times this block's rows of A."""
+    import torch
+
+    k, n = case.B.shape[::-1] if case.trans_b else case.B.shape
+    j = torch.arange(n, device=case.B.device)[cols]
+    p = torch.arange(k, device=case.B.device)[:, None] * n + j[None, :]
+    r, c = p % k, p // k  # logical B[r, c]
+    flat = c * k + r if case.trans_b else r * n + c
+    return a32 @ case.B.reshape(-1)[flat].float()
+
+
+def gemm_chunks(inst, case: GemmCase, max_elements: int):
+    """The chunked check: blocks of C of about max_elements elements (column blocks so that K x columns
+    of B in fp32 fit it, then row blocks so that rows x K of A fit it), each from its rows of A and
+    columns of B; dropped_k_tile touches the first block_m rows only (elsewhere it is the reference)."""
+    import torch
+
+    from codegen.verify import CheckChunk
+
+    k, m = case.A.shape if case.trans_a else case.A.shape[::-1]
+    n = case.B.shape[0] if case.trans_b else case.B.shape[1]
+    step_n = max(1, min(n, max_elements // max(k, 1)))
+    step_m = max(1, min(m, max_elements // max(k, step_n, 1)))
+    k0 = max(0, ((k - 1) // inst.block_k) * inst.block_k)
+    for r0 in range(0, m, step_m):
+        for c0 in range(0, n, step_n):
+            rows, cols = slice(r0, r0 + step_m), slice(c0, c0 + step_n)
+            sub = case.block(rows, cols)
+            a32, b32 = sub.A32, sub.B32
+            ref = a32 @ b32
+            mag = a32.abs() @ b32.abs()
+            dropped = ref
+            if r0 < inst.block_m:
+                dropped = ref.clone()
+                top = min(inst.block_m, r0 + step_m) - r0
+                dropped[:top] -= a32[:top, k0:] @ b32[k0:, :]
+            controls = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation_block(case, a32, cols),
+                        "dropped_k_tile": dropped}
+            yield CheckChunk(index=(rows, cols), ref=ref, mag=mag, controls=controls)
+            del a32, b32, ref, mag, dropped, controls
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +227,7 @@ NUMERICS = Numerics(
     bytes=lambda inst, s: gemm_bytes(inst, *s),
     make_inputs=make_inputs,
     reference=lambda inst, case: reference(case),
+    chunks=gemm_chunks,
     tolerance=tolerance,
     controls=controls,
     derived_shapes=gemm_derived_shapes,

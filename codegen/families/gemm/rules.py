@@ -141,8 +141,29 @@ def swizzle_panel(c: GemmContext) -> Iterator[Violation]:
                         message="must be 0 (off) or a power of two")
 
 
+INT32_LITERAL_LIMIT = 2**31  # TileLang checks every integer literal of an int32 index against it
+
+
+def edge_offset_index_width(c: GemmContext) -> Iterator[Violation]:
+    """Rule index_width: the `specialized` bottom-edge kernel's first element of C, (m // block_m * block_m)
+    * n, is a compile-time literal, and TileLang (0.1.x) fails to lower an index literal >= 2**31 ("Literal
+    value 2147483648 exceeds maximum of int32", seen lowering m=32771, n=65536 on both targets) instead of
+    widening it. `predicated` and `none` index C through int64 there (tests/test_limits.py reads it)."""
+    if c.spec.tail != TailPolicy.SPECIALIZED:
+        return
+    bm = c.tuning.tiling.block_m
+    for i, s in enumerate(c.spec.shapes):
+        start = s.m // bm * bm * s.n
+        if s.m % bm and start >= INT32_LITERAL_LIMIT:
+            yield Violation(rule="index_width", path=("shapes", i), value=None,
+                            message=f"the specialized bottom-edge kernel starts at element {start} of C "
+                                    f"((m // block_m * block_m) * n), past the int32 literals TileLang lowers: "
+                                    "use tail: predicated")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel,
+    edge_offset_index_width,
 )
 
 

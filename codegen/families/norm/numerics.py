@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codegen.families.base import Numerics
-from codegen.families.rows import RowTolerance, row_bytes, row_derived_shapes, row_inputs, row_tolerance
+from codegen.families.rows import RowTolerance, row_bytes, row_chunks, row_derived_shapes, row_inputs, row_tolerance
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import compiled_once
 from codegen.targets import torch_dtype
@@ -42,9 +42,19 @@ class NormCase:
     X: object  # stored input (device, input dtype)
     W: object  # weight [cols], input dtype
     B: object  # bias [cols], input dtype; None for rmsnorm
-    X32: object  # the same rounded values in fp32
-    W32: object
-    B32: object  # None for rmsnorm
+
+    # the same rounded values in fp32, made on use (a chunk's rows only, in the chunked check)
+    @property
+    def X32(self):
+        return self.X.float()
+
+    @property
+    def W32(self):
+        return self.W.float()
+
+    @property
+    def B32(self):
+        return None if self.B is None else self.B.float()
 
 
 def norm_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> NormCase:
@@ -59,8 +69,7 @@ def norm_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     w = (1.0 + 0.5 * torch.randn(cols, generator=g)).to(dt)
     b = (0.5 * torch.randn(cols, generator=g)).to(dt) if inst.has_bias else None
-    return NormCase(X=row.X.to(device), W=w.to(device), B=None if b is None else b.to(device),
-                    X32=row.X32.to(device), W32=w.float().to(device), B32=None if b is None else b.float().to(device))
+    return NormCase(X=row.X.to(device), W=w.to(device), B=None if b is None else b.to(device))
 
 
 def _rms_norm32(x, w, eps: float):
@@ -168,6 +177,8 @@ NUMERICS = Numerics(
     bytes=lambda inst, s: norm_bytes(inst, *s),
     make_inputs=norm_inputs,
     reference=norm_reference,
+    chunks=lambda inst, case, max_elements: row_chunks(inst, case, max_elements, norm_reference, norm_controls,
+                                                       first_row_controls=("dropped_chunk",)),
     tolerance=tolerance,
     controls=norm_controls,
     derived_shapes=row_derived_shapes,

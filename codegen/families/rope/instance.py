@@ -67,6 +67,10 @@ class RopeInstance(InstanceBase):
     def dtype_label(self) -> str:
         return "/".join(self.spec_dtypes[:2])
 
+    def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+        """One workgroup per token (the template's `T.Kernel(NT, threads=THREADS)`)."""
+        return ((shape[0], 1, 1),)
+
     def stem(self) -> str:
         """A readable procedural name of what changes the generated code (the target and the template
         hash are added by the kernel's URI)."""

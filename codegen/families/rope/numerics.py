@@ -165,6 +165,45 @@ def rope_controls(inst, case: RopeCase, ref) -> dict[str, object]:
     return controls
 
 
+def rope_chunks(inst, case: RopeCase, max_elements: int):
+    """The chunked check (codegen.verify.judge_chunks): blocks of whole tokens, about max_elements output
+    elements each (one token at least), each block once for its Q_out rows and once for its K_out rows of
+    the output buffer. The fp32 copies of Q and K are made per block; the controls are rope_controls' own,
+    computed per block (`k_not_rotated` is the reference on the Q rows; `next_token_tables` takes the next
+    token's row across block boundaries and wraps at the last, as a roll over the whole table does)."""
+    import torch
+
+    from codegen.verify import CheckChunk
+
+    tokens, heads, d = case.Q.shape
+    kv_heads = case.K.shape[1]
+    rd, cos, sin = inst.rotary_dim, case.COS, case.SIN
+    step = max(1, max_elements // max((heads + kv_heads) * d, 1))
+    for t0 in range(0, tokens, step):
+        t1 = min(tokens, t0 + step)
+        c, s = cos[t0:t1], sin[t0:t1]
+        following = (torch.arange(t0, t1, device=cos.device) + 1) % tokens
+        nc, ns = cos[following], sin[following]
+        for x, first, is_k in ((case.Q[t0:t1], t0 * heads, False),
+                               (case.K[t0:t1], tokens * heads + t0 * kv_heads, True)):
+            x32 = x.float()
+            ref, mag = rope32(x32, c, s, rd, stats=True)
+            ref, mag = ref.reshape(-1, d), mag.reshape(-1, d)
+            wrong = {
+                "zeros": torch.zeros_like(ref),
+                "sin_sign_flipped": rope32(x32, c, s, rd, sign=-1.0).reshape(-1, d),
+                "interleaved_pairs": rope32(x32, c, s, rd, interleaved=True).reshape(-1, d),
+                "k_not_rotated": x32.reshape(-1, d) if is_k else ref,
+            }
+            if tokens > 1:
+                wrong["next_token_tables"] = rope32(x32, nc, ns, rd).reshape(-1, d)
+            if rd < inst.head_dim:
+                bad = ref.clone()
+                bad[:, rd:] = 0.0
+                wrong["pass_through_not_copied"] = bad
+            yield CheckChunk(index=(slice(first, first + ref.shape[0]),), ref=ref, mag=mag, controls=wrong)
+
+
 def rope_baselines(inst, case: RopeCase, out_dtype):
     """The usual HF formulation (transformers' `apply_rotary_pos_emb` with `rotate_half`; partial rotary
     as in its GPT-NeoX / Phi models: rotate q[..., :rotary_dim], concatenate the rest): cos/sin expanded to
@@ -228,4 +267,5 @@ NUMERICS = Numerics(
     out_shape=rope_out_shape,
     launch=rope_launch,
     baselines=rope_baselines,
+    chunks=rope_chunks,
 )

@@ -4,7 +4,15 @@ negative controls and the torch baselines (inputs, bytes and edge shapes: codege
 from __future__ import annotations
 
 from codegen.families.base import Numerics
-from codegen.families.rows import RowCase, RowTolerance, row_bytes, row_derived_shapes, row_inputs, row_tolerance
+from codegen.families.rows import (
+    RowCase,
+    RowTolerance,
+    row_bytes,
+    row_chunks,
+    row_derived_shapes,
+    row_inputs,
+    row_tolerance,
+)
 from codegen.hardware import Target
 from codegen.numerics import compiled_once
 
@@ -57,6 +65,23 @@ def softmax_controls(inst, case: RowCase, ref) -> dict[str, object]:
     }
 
 
+def softmax_wrong_axis_by_blocks(inst, case: RowCase, step: int):
+    """The wrong_axis control for the chunked check: softmax over rows needs each column's max and sum
+    over every row, gathered in one pass over the row blocks ([cols] fp32 each); a block's wrong values
+    are then exp(x - colmax) / colsum."""
+    import torch
+
+    rows = case.X.shape[0]
+    colmax = torch.stack([case.X[r:r + step].float().amax(0) for r in range(0, rows, step)]).amax(0)
+    colsum = sum(torch.exp(case.X[r:r + step].float() - colmax).sum(0) for r in range(0, rows, step))
+    return {"wrong_axis": lambda sub, r0: torch.exp(sub.X32 - colmax) / colsum}
+
+
+def softmax_chunks(inst, case: RowCase, max_elements: int):
+    return row_chunks(inst, case, max_elements, lambda i, c: softmax_reference(c), softmax_controls,
+                      first_row_controls=("dropped_chunk",), whole_controls=softmax_wrong_axis_by_blocks)
+
+
 def softmax_baselines(inst, case: RowCase, out_dtype):
     import torch
 
@@ -80,6 +105,7 @@ NUMERICS = Numerics(
     bytes=lambda inst, s: row_bytes(inst, *s),
     make_inputs=row_inputs,
     reference=lambda inst, case: softmax_reference(case),
+    chunks=softmax_chunks,
     tolerance=tolerance,
     controls=softmax_controls,
     derived_shapes=row_derived_shapes,
