@@ -81,8 +81,8 @@ def test_2_to_the_40_rows_is_refused_on_both_targets():
     # a size past int32 is refused by the spec model before any grid is computed (the grid it would make,
     # 2**40 workgroups along x, is past both targets' 2**31 - 1 too)
     both = edit(SOFTMAX, "targets: [sm_90]", "targets: [gfx942, sm_90]")
-    assert errors(both) == ["specs/x.yaml:6:14: shapes[1].rows=1099511627776: must be at most 2147483647 "
-                            "(2**31 - 1): TileLang sizes are int32 [int32]"]
+    assert errors(both) == [("specs/x.yaml:6:14: shapes[1].rows=1099511627776: must be at most 2147483647 "
+                            "(2**31 - 1): TileLang sizes are int32 [int32]")]
 
 
 def test_gemm_2_to_the_40_rows_is_refused():
