@@ -34,14 +34,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal, Self
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typing import Literal
 
 from codegen.buildcache import BuildCache, cache_key
+from codegen.columns import Column
 from codegen.errors import TilegenError
+from codegen.events import Event, OnEvent, ignore
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.instance import KernelInstance
@@ -57,7 +55,6 @@ from codegen.workers import WorkerPool, deferred_termination, load_tilelang, til
 # commands and TileLang's version are in the key already.
 RECIPE = 1
 REPORT_DIR = Path("reports") / "static"
-TABLE_WIDTH = 200  # the summary table's width when stdout is not a terminal
 Shape = tuple[int, ...]
 
 
@@ -133,6 +130,21 @@ class BuildReport:
     @property
     def failed(self) -> tuple[BuildResult, ...]:
         return tuple(r for r in self.results if not r.ok)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def counts(self) -> Counter[str]:
+        return Counter(r.status for r in self.results)
+
+    def sorted_results(self) -> list[BuildResult]:
+        """The summary table's order: target, name, URI, shape."""
+        return sorted(self.results, key=lambda r: (r.target.value, r.name, r.uri, r.shape))
+
+    def documents(self, *, volatile: bool) -> dict[str, dict[str, object]]:
+        """`tilegen build --json`: one document per target built."""
+        return {t.value: self.document(t, volatile=volatile) for t in sorted(self.toolchains)}
 
     def document(self, target: Target, *, volatile: bool) -> dict[str, object]:
         rows = sorted((r for r in self.results if r.target == target), key=lambda r: (r.name, r.uri, r.shape))
@@ -347,8 +359,7 @@ def _result(job: BuildJob, entry: Path | None, root: Path, *, status: Status, se
                        seconds=seconds)
 
 
-def build(project: Project, opts: BuildOptions, *, on_plan: Callable[[int, int], None] | None = None,
-          on_result: Callable[[BuildResult], None] | None = None) -> BuildReport:
+def build(project: Project, opts: BuildOptions, *, on_event: OnEvent = ignore) -> BuildReport:
     """Build the selected instances; one failure does not stop the others. Raises TilegenError only
     for what stops every build (a bad selection, a missing toolchain)."""
     t_start = time.perf_counter()
@@ -356,16 +367,17 @@ def build(project: Project, opts: BuildOptions, *, on_plan: Callable[[int, int],
         raise TilegenError("--write-report rewrites the committed reports of every instance and shape: "
                            "use it with --all and without --first-shape")
     files = project.select(list(opts.names), all_=opts.all_, targets=list(opts.targets) if opts.targets else None)
-    report = build_files(files, project.root, opts, on_plan=on_plan, on_result=on_result)
+    report = build_files(files, project.root, opts, on_event=on_event)
     written = write_reports(project.root, report) if opts.write_report else ()
     return replace(report, written=written, wall_s=time.perf_counter() - t_start)
 
 
 def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
-                on_plan: Callable[[int, int], None] | None = None,
-                on_result: Callable[[BuildResult], None] | None = None) -> BuildReport:
+                on_event: OnEvent = ignore) -> BuildReport:
     """Build rendered files (the project's, or specs written in memory by a sweep) with the toolchains
-    found from `root`; `opts` gives the cache, the jobs, the gfx942 toolchain and first_shape."""
+    found from `root`; `opts` gives the cache, the jobs, the gfx942 toolchain and first_shape.
+    Progress: a "start" event once the plan is known (its label empty when every build is cached),
+    then an "advance" event per build as it finishes (status "cached" for a hit)."""
     t_start = time.perf_counter()
     targets = sorted({f.instance.target for f in files})
     toolchains = {t: find_toolchain(t, root, gfx942_env=opts.gfx942_env) for t in targets}
@@ -376,8 +388,9 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
 
     def done(job: BuildJob, r: BuildResult) -> None:
         results[job.key] = r
-        if on_result:
-            on_result(r)
+        on_event(Event(stage="build", kind="advance", done=len(results), total=len(jobs),
+                       label=f"{r.uri} {'x'.join(map(str, r.shape))} {r.target}", status=r.status,
+                       seconds=r.seconds, error=r.error))
 
     hits, misses = [], []
     for job in jobs:
@@ -387,8 +400,8 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
             hits.append((job, hit.path, time.perf_counter() - t0))
         else:
             misses.append((job, f"rebuilt: the cache entry was corrupt ({hit.problem})" if hit.problem else None))
-    if on_plan:
-        on_plan(len(jobs), len(misses))
+    on_event(Event(stage="build", kind="start", done=0, total=len(jobs),
+                   label=f"building {len(misses)} of {len(jobs)} (rest cached)" if misses else ""))
     for job, entry, seconds in hits:
         done(job, _result(job, entry, root, status="cached", seconds=seconds))
     n_jobs = max(1, opts.jobs or default_jobs())
@@ -451,85 +464,23 @@ def dump_json(doc: object) -> str:
     return _SCALAR_LIST_RE.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
 
 
-def _cells(r: BuildResult) -> tuple[str, str, str, str, str]:
-    """regs, LDS, occupancy, spills, MMA columns of the worst case."""
-    s = r.summary()
-    return TARGETS[r.target].table_cells(s) if s else ("-",) * 5
+def _resource_cell(i: int) -> Callable[[BuildResult], str]:
+    """The i-th of the worst case's regs, LDS, occupancy, spills, MMA cells, as the target writes them."""
+    def cell(r: BuildResult) -> str:
+        s = r.summary()
+        return TARGETS[r.target].table_cells(s)[i] if s else "-"
+    return cell
 
 
-def summary_table(report: BuildReport) -> Table:
-    table = Table(title=f"{len(report.results)} build(s), {report.jobs} job(s), {report.wall_s:.1f} s")
-    for col in ("instance", "shape", "target", "kernels", "regs", "LDS", "occupancy", "spills", "MFMA/WGMMA",
-                "status", "s"):
-        table.add_column(col, justify="right" if col in ("kernels", "s") else "left")
-    style = {"built": "green", "cached": "dim", "failed": "bold red"}
-    for r in sorted(report.results, key=lambda r: (r.target.value, r.name, r.uri, r.shape)):
-        table.add_row(r.uri, "x".join(map(str, r.shape)), r.target.value, str(len(r.kernels) or "-"), *_cells(r),
-                      f"[{style[r.status]}]{r.status}[/]", f"{r.seconds:.2f}")
-    return table
+_STATUS_STYLE = {"built": "green", "cached": "dim", "failed": "bold red"}
 
-
-class _Progress:
-    """A progress bar on a terminal (started once the plan is known); elsewhere (CI logs, a pipe)
-    one plain line per kernel built or failed. Failures are printed as they happen either way."""
-
-    def __init__(self, console: Console):
-        self.console = console
-        self.progress: Progress | None = None
-        self.task = None
-        self.total = 0
-        self.finished = 0
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def plan(self, total: int, to_build: int) -> None:
-        self.total = total
-        if not to_build:
-            return
-        if not self.console.is_terminal:
-            self.console.print(f"building {to_build} of {total} (rest cached)", markup=False)
-            return
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=self.console, transient=True)
-        self.task = self.progress.add_task(f"building {to_build} of {total} (rest cached)", total=total)
-        self.progress.start()
-
-    def advance(self, r: BuildResult) -> None:
-        self.finished += 1
-        what = f"{r.uri} {'x'.join(map(str, r.shape))} {r.target}"
-        if self.progress is not None:
-            self.progress.update(self.task, advance=1)
-        elif not self.console.is_terminal and r.status != "cached":
-            line = f"[{self.finished}/{self.total}] {r.status} {what} ({r.seconds:.1f} s)"
-            self.console.print(line + (f": {r.error}" if r.error else ""), markup=False)
-            return
-        if r.status == "failed":
-            self.console.print(f"failed: {what}", markup=False)
-
-
-def build_and_report(project: Project, opts: BuildOptions, *, as_json: bool, out: Console, err: Console) -> int:
-    """The `tilegen build` command: progress on stderr, then the summary table (or the JSON report
-    on stdout), failures with their logs. Returns the exit code. A Ctrl-C stops every worker and
-    raises KeyboardInterrupt: finished entries are cached, none is left half-written."""
-    with _Progress(err) as bar:
-        report = build(project, opts, on_plan=bar.plan, on_result=bar.advance)
-    if as_json:
-        docs = {t.value: report.document(t, volatile=True) for t in sorted(report.toolchains)}
-        sys.stdout.write(dump_json(docs))
-    else:
-        wide = out if out.is_terminal else Console(file=out.file, width=TABLE_WIDTH, highlight=False)  # CI logs
-        wide.print(summary_table(report))
-    for r in report.failed:
-        err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
-                  + (f" (log: {r.log})" if r.log else ""), markup=False)
-    for p in report.written:
-        err.print(f"wrote {_rel(p, project.root)}", markup=False)
-    counts = Counter(r.status for r in report.results)
-    err.print(f"{counts['built']} built, {counts['cached']} cached, {counts['failed']} failed "
-              f"in {report.wall_s:.1f} s", markup=False)
-    return 1 if report.failed else 0
+# the summary table of `tilegen build` (codegen.console draws it)
+BUILD_COLUMNS: tuple[Column, ...] = (
+    Column(header="instance", value=lambda r: r.uri),
+    Column(header="shape", value=lambda r: "x".join(map(str, r.shape))),
+    Column(header="target", value=lambda r: r.target.value),
+    Column(header="kernels", value=lambda r: str(len(r.kernels) or "-"), justify="right"),
+    *(Column(header=h, value=_resource_cell(i)) for i, h in enumerate(("regs", "LDS", "occupancy", "spills", "MFMA/WGMMA"))),
+    Column(header="status", value=lambda r: r.status, style=lambda r: _STATUS_STYLE[r.status]),
+    Column(header="s", value=lambda r: r.seconds, fmt=lambda v: f"{v:.2f}", justify="right"),
+)

@@ -21,22 +21,18 @@ _SIGINT_HANDLER = (
     and signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
 )
 
-import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 from typer.core import TyperGroup
 
 from codegen.errors import SpecError, SpecErrors, TilegenError
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.pipeline import Project
-from codegen.render import RenderedFile
 from codegen.starter import starter_spec
 from codegen.workers import load_tilelang, set_tilelang_log_level
 
@@ -120,39 +116,18 @@ def validate(paths: SpecPaths = None) -> None:
     out.print(f"ok: {specs} spec(s), {len(instances)} kernel instance(s)")
 
 
-def _summary_cell(key: str) -> Callable[[RenderedFile], str]:
-    return lambda f: f.instance.summary()[key]
+def _ui():
+    """The console module (imported here: rich's progress and tables only load for commands that draw them)."""
+    from codegen.console import UI
 
-
-# the columns of `tilegen list`: one definition for the terminal table and the plain lines
-LIST_COLUMNS: tuple[tuple[str, Callable[[RenderedFile], str]], ...] = (
-    ("uri", lambda f: f.uri),
-    ("op", lambda f: f.instance.op),
-    ("target", lambda f: f.instance.target.value),
-    *((key, _summary_cell(key)) for key in ("dtypes", "layout", "tiling", "threads", "schedule", "tail")),
-    ("LDS B", lambda f: str(f.instance.lds_bytes)),
-    ("shapes", lambda f: str(len(f.instance.shapes))),
-)
+    return UI(out, err)
 
 
 @app.command("list")
 def list_(paths: SpecPaths = None, target: TargetOpt = None, as_json: JsonOpt = False) -> None:
     """List kernel instances: name, target, URI, tiling, pipeline, LDS."""
     files = _run(lambda: _project().rendered(paths, target))
-    if as_json:
-        rows = [f.instance.metadata(f.uri) | {"file": str(f.path)} for f in files]
-        sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")
-        return
-    if not out.is_terminal:  # a pipe or a file: every cell in full, tab-separated, a header line first
-        rows = [[name for name, _ in LIST_COLUMNS]] + [[cell(f) for _, cell in LIST_COLUMNS] for f in files]
-        sys.stdout.write("".join("\t".join(row) + "\n" for row in rows))
-        return
-    table = Table(title=f"{len(files)} kernel instance(s)")
-    for name, _ in LIST_COLUMNS:
-        table.add_column(name)
-    for f in files:
-        table.add_row(*(cell(f) for _, cell in LIST_COLUMNS))
-    out.print(table)
+    _ui().show_list(files, as_json=as_json)
 
 
 @app.command()
@@ -244,9 +219,10 @@ def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = Non
     _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
-    ok = _run(lambda: run_verify(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
-    if not ok:
-        raise typer.Exit(1)
+    with _ui() as ui:
+        report = _run(lambda: run_verify(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout,
+                                         on_event=ui.event))
+        raise typer.Exit(ui.show_verify(report, as_json=as_json))
 
 
 @app.command()
@@ -258,9 +234,10 @@ def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None
     _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
-    ok = _run(lambda: run_bench(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, as_json=as_json, console=err))
-    if not ok:
-        raise typer.Exit(1)
+    with _ui() as ui:
+        report = _run(lambda: run_bench(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout,
+                                        on_event=ui.event))
+        raise typer.Exit(ui.show_bench(report, as_json=as_json))
 
 
 @app.command()
@@ -276,33 +253,38 @@ def build(
     as_json: JsonOpt = False,
 ) -> None:
     """Compile kernels for real: gfx942/gfx950 .s/.co with a resource report, sm_90 cubins; in parallel, cached."""
-    from codegen.build import BuildOptions, build_and_report
+    from codegen.build import BuildOptions
+    from codegen.build import build as build_kernels
 
     _require_selection(names, all_)
     opts = BuildOptions(names=tuple(names or ()), all_=all_, targets=tuple(target) if target else None, jobs=jobs,
                         first_shape=first_shape, cache_dir=cache_dir, write_report=write_report)
-    raise typer.Exit(_run(lambda: build_and_report(_project(), opts, as_json=as_json, out=out, err=err)))
+    project = _project()
+    # a Ctrl-C stops every worker: finished entries are cached, none is left half-written
+    with _ui() as ui:
+        report = _run(lambda: build_kernels(project, opts, on_event=ui.event))
+        raise typer.Exit(ui.show_build(report, as_json=as_json, root=project.root))
 
 
 @app.command()
 def doctor(target: TargetOpt = None) -> None:
     """What `build` needs for each target: present, missing, and the command to get it."""
-    from codegen.doctor import run_doctor
+    from codegen.doctor import doctor as diagnose
 
-    raise typer.Exit(_run(lambda: run_doctor(_project().root, tuple(target) if target else None, out=out)))
+    report = _run(lambda: diagnose(_project().root, tuple(target) if target else None))
+    raise typer.Exit(_ui().show_doctor(report))
 
 
 @app.command("run")
 def run_(jobs: Jobs = None, out_dir: ReportDir = None) -> None:
     """The main job on the bundled specs: validate, gen, build, verify, bench, report (skips what cannot run here)."""
-    from codegen.mainjob import run_main_job, steps_table
+    from codegen.mainjob import run_main_job
 
     project = _project()
-    steps = _run(lambda: run_main_job(project, jobs=jobs, report_dir=out_dir or project.reports_dir, out=out, err=err))
-    wide = out if out.is_terminal else Console(file=out.file, width=160, highlight=False)
-    wide.print(steps_table(steps))
-    if any(s.status == "failed" for s in steps):
-        raise typer.Exit(1)
+    with _ui() as ui:
+        report = _run(lambda: run_main_job(project, jobs=jobs, report_dir=out_dir or project.reports_dir,
+                                           on_event=ui.event, on_report=ui.show))
+        raise typer.Exit(ui.show_main_job(report))
 
 
 def main() -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
+from codegen.columns import Column
 from codegen.hardware import Target
 from codegen.targets import TARGETS
 from codegen.targets.base import Check
@@ -24,7 +23,7 @@ PINNED_TILELANG = "0.1.15"
 MIN_PYTHON = (3, 11)
 ALL_TARGETS = tuple(TARGETS)
 
-__all__ = ["Check", "diagnose", "missing_for", "run_doctor"]
+__all__ = ["DOCTOR_COLUMNS", "Check", "DoctorReport", "diagnose", "doctor", "missing_for"]
 
 
 def _python() -> Check:
@@ -85,21 +84,37 @@ def missing_for(checks: list[Check], targets: tuple[Target, ...]) -> list[Check]
     return [c for c in checks if c.status == "missing" and set(c.needed_by) & set(targets)]
 
 
-def run_doctor(root: Path, targets: tuple[Target, ...] | None, *, out: Console) -> int:
-    """The `tilegen doctor` command: a table of checks, then one verdict line. Returns the exit code."""
+@dataclass(frozen=True, kw_only=True)
+class DoctorReport:
+    targets: tuple[Target, ...]  # the targets asked about
+    checks: tuple[Check, ...]
+
+    @property
+    def missing(self) -> list[Check]:
+        return missing_for(list(self.checks), self.targets)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+    def verdict(self) -> str:
+        asked = ", ".join(t.value for t in self.targets)
+        if self.missing:
+            return f"not ready to build {asked}: " + "; ".join(f"{c.name} ({c.fix})" for c in self.missing)
+        return f"ready to build {asked}"
+
+
+_STATUS_STYLE = {"ok": "green", "missing": "bold red", "info": "cyan"}
+
+DOCTOR_COLUMNS: tuple[Column, ...] = (
+    Column(header="check", value=lambda c: c.name),
+    Column(header="status", value=lambda c: c.status, style=lambda c: _STATUS_STYLE[c.status]),
+    Column(header="details", value=lambda c: c.detail),
+    Column(header="to get it", value=lambda c: c.fix or ""),
+)
+
+
+def doctor(root: Path, targets: tuple[Target, ...] | None = None) -> DoctorReport:
+    """The `tilegen doctor` command's checks, for `targets` (default: every target)."""
     asked = targets or ALL_TARGETS
-    checks = diagnose(root, asked)
-    table = Table(title=f"tilegen doctor: {', '.join(t.value for t in asked)}")
-    for col in ("check", "status", "details", "to get it"):
-        table.add_column(col, overflow="fold")
-    style = {"ok": "green", "missing": "bold red", "info": "cyan"}
-    for c in checks:
-        table.add_row(c.name, f"[{style[c.status]}]{c.status}[/]", c.detail, c.fix or "")
-    out.print(table)
-    missing = missing_for(checks, asked)
-    if missing:
-        out.print(f"not ready to build {', '.join(t.value for t in asked)}: "
-                  + "; ".join(f"{c.name} ({c.fix})" for c in missing), markup=False)
-        return 1
-    out.print(f"ready to build {', '.join(t.value for t in asked)}", markup=False)
-    return 0
+    return DoctorReport(targets=asked, checks=tuple(diagnose(root, asked)))

@@ -4,22 +4,17 @@ contained worker, collect results that are valid JSON even when cases fail."""
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from codegen.bench import BenchRow, bench_case, flush_bytes, measure_copy_gbps
+from codegen.events import Event, OnEvent, ignore
 from codegen.families import derived_shapes
 from codegen.gpu import ContainedRunner, GpuInfo, precompile, unsupported_on
 from codegen.render import RenderedFile
 from codegen.verify import CaseResult, verify_case
 
 DEFAULT_TIMEOUT_S = 300.0
-
-
-def _progress(console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=False)
 
 
 def plan(files: list[RenderedFile], gpu: GpuInfo, *, derived: bool, native_only: bool):
@@ -42,48 +37,74 @@ def plan(files: list[RenderedFile], gpu: GpuInfo, *, derived: bool, native_only:
     return jobs, skipped
 
 
-def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, console,
+def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, on_event: OnEvent,
                     setup=None):
     """Compile every (file, shape) of `work` in parallel into TileLang's cache, then call
     fn(file, shape, run_target, *extra) for each in a contained worker, where extra = setup(runner)
     (run once, in the worker, before the cases; () without setup). Yields (file, shape, value, error):
-    exactly one of value and error is None."""
-    with _progress(console) as progress:
-        task = progress.add_task("compile", total=len(work))
-        compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1,
-                                    progress=lambda: progress.advance(task))
-        task = progress.add_task(label, total=len(work))
-        with ContainedRunner(timeout_s) as runner:
-            extra = setup(runner) if setup else ()
-            for f, shape in work:
-                error = compile_errors.get((f.uri, tuple(shape)))
-                value = None
-                if error is None:
-                    ok, value, _ = runner.call(fn, f, shape, gpu.run_target, *extra)
-                    if not ok:
-                        value, error = None, value
-                yield f, shape, value, error
-                progress.advance(task)
+    exactly one of value and error is None. Progress: a "compile" stage, then a `label` stage."""
+    total = len(work)
+    compiled = 0
+
+    def tick() -> None:
+        nonlocal compiled
+        compiled += 1
+        on_event(Event(stage="compile", kind="advance", done=compiled, total=total))
+
+    on_event(Event(stage="compile", kind="start", done=0, total=total, label="compile"))
+    compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1, progress=tick)
+    on_event(Event(stage=label, kind="start", done=0, total=total, label=label))
+    with ContainedRunner(timeout_s) as runner:
+        extra = setup(runner) if setup else ()
+        for n, (f, shape) in enumerate(work, 1):
+            error = compile_errors.get((f.uri, tuple(shape)))
+            value = None
+            if error is None:
+                ok, value, _ = runner.call(fn, f, shape, gpu.run_target, *extra)
+                if not ok:
+                    value, error = None, value
+            yield f, shape, value, error
+            on_event(Event(stage=label, kind="advance", done=n, total=total,
+                           label=f"{f.uri} {'x'.join(map(str, shape))}", status="error" if error else None,
+                           error=error))
 
 
 @dataclass
 class VerifyReport:
     gpu: dict
-    cases: list[dict] = field(default_factory=list)
+    cases: list[dict] = field(default_factory=list)  # codegen.verify.CaseResult, as written to verify.json
+    written: list[str] = field(default_factory=list)  # the report files (codegen.report.write_verify)
 
     @property
     def ok(self) -> bool:
         return all(c["status"] in ("verified", "skipped") for c in self.cases)
 
+    def tally(self) -> list[VerifyTally]:
+        """Per kernel: cases by status and the first problem (the terminal's summary of the cases)."""
+        counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        worst: dict[str, str] = {}
+        for c in self.cases:
+            counts[c["uri"]][c["status"]] += 1
+            if c["status"] != "verified" and c["uri"] not in worst:
+                worst[c["uri"]] = c["error"] or next((f"{k}: {v}" for k, v in c["controls"].items() if "PASSED" in v), "")
+        return [VerifyTally(uri=uri, counts=dict(counts[uri]), note=worst.get(uri, "")) for uri in sorted(counts)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyTally:
+    uri: str
+    counts: dict[str, int]  # status -> cases
+    note: str  # the first case's error (or passing negative control) that was not "verified"
+
 
 def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-               console=None) -> VerifyReport:
+               on_event: OnEvent = ignore) -> VerifyReport:
     work, skipped = plan(files, gpu, derived=True, native_only=False)
     report = VerifyReport(gpu=asdict(gpu))
     for f, reason in skipped:
         report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value, run_target=gpu.run_target.value,
                                               shape=f.instance.shapes[0], seed=-1, inputs="", status="skipped", error=reason)))
-    runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, console=console)
+    runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, on_event=on_event)
     for f, shape, value, error in runs:
         if error is None:
             report.cases.extend(asdict(r) for r in value)
@@ -99,7 +120,8 @@ class BenchReport:
     gpu: dict
     copy_gbps: float
     flush_bytes: int
-    rows: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # codegen.bench.BenchRow, as written to bench.json
+    written: list[str] = field(default_factory=list)  # the report files (codegen.report.write_bench)
 
     @property
     def ok(self) -> bool:
@@ -107,7 +129,7 @@ class BenchReport:
 
 
 def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              console=None) -> BenchReport:
+              on_event: OnEvent = ignore) -> BenchReport:
     work, skipped = plan(files, gpu, derived=False, native_only=True)
     nflush = flush_bytes(gpu.l2_bytes, gpu.vendor)
     rows: list[dict] = []
@@ -123,8 +145,8 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
         copy_gbps = value if ok else 0.0
         return nflush, copy_gbps
 
-    runs = _contained_runs(work, gpu, label="bench", fn=bench_case, jobs=jobs, timeout_s=timeout_s, console=console,
-                           setup=measure_copy)
+    runs = _contained_runs(work, gpu, label="bench", fn=bench_case, jobs=jobs, timeout_s=timeout_s,
+                           on_event=on_event, setup=measure_copy)
     for f, shape, value, error in runs:
         if error is None:
             rows.append(asdict(value))

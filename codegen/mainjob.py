@@ -3,13 +3,13 @@ specs. It does every step this machine can do and says plainly what it skipped a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
+from codegen.columns import Column
 from codegen.errors import TilegenError
+from codegen.events import OnEvent, ignore
 from codegen.pipeline import Project
 from codegen.targets import TARGETS
 
@@ -21,14 +21,40 @@ class Step:
     detail: str
 
 
-def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, out: Console, err: Console) -> list[Step]:
-    from codegen.build import BuildOptions, build_and_report
+STEP_COLUMNS: tuple[Column, ...] = (
+    Column(header="step", value=lambda s: s.name),
+    Column(header="status", value=lambda s: s.status),
+    Column(header="detail", value=lambda s: s.detail),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MainJobReport:
+    steps: tuple[Step, ...]
+    reports: tuple[object, ...] = field(default=())  # the BuildReport, VerifyReport, BenchReport of the steps that ran
+
+    @property
+    def ok(self) -> bool:
+        return not any(s.status == "failed" for s in self.steps)
+
+
+def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, on_event: OnEvent = ignore,
+                 on_report: Callable[[object], None] = lambda report: None) -> MainJobReport:
+    """Every step this machine can do. Each step's report is handed to `on_report` as soon as the step
+    ends (the console shows it then) and kept in the returned report."""
+    from codegen.build import BuildOptions, build
     from codegen.gpu import NoGpu, detect_gpu
     from codegen.gpucli import run_bench, run_verify
     from codegen.targets import find_toolchain
     from codegen.toolchain import ToolchainMissing
 
     steps: list[Step] = []
+    reports: list[object] = []
+
+    def done(report: object) -> None:
+        reports.append(report)
+        on_report(report)
+
     instances = project.instances()
     steps.append(Step(name="validate", status="ok", detail=f"{len({i.name for i in instances})} specs, "
                                                            f"{len(instances)} kernel instances"))
@@ -44,10 +70,10 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, out: C
         except ToolchainMissing as exc:
             missing.append(f"{target}: {exc}")
     if ready:
-        code = build_and_report(project, BuildOptions(all_=True, targets=tuple(ready), jobs=jobs),
-                                as_json=False, out=out, err=err)
+        built = build(project, BuildOptions(all_=True, targets=tuple(ready), jobs=jobs), on_event=on_event)
+        done(built)
         detail = f"targets {', '.join(map(str, ready))}" + (f"; skipped {'; '.join(missing)}" if missing else "")
-        steps.append(Step(name="build", status="ok" if code == 0 else "failed", detail=detail))
+        steps.append(Step(name="build", status="ok" if built.ok else "failed", detail=detail))
     else:
         steps.append(Step(name="build", status="skipped", detail="; ".join(missing)))
 
@@ -56,23 +82,15 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, out: C
     except NoGpu as exc:
         reason = f"no GPU: {exc}"
         steps += [Step(name="verify", status="skipped", detail=reason), Step(name="bench", status="skipped", detail=reason)]
-        return steps
+        return MainJobReport(steps=tuple(steps), reports=tuple(reports))
     files = project.rendered()
     for name, fn in (("verify", run_verify), ("bench", run_bench)):
         try:
-            ok = fn(files, out_dir=report_dir, jobs=jobs, timeout_s=300.0, as_json=False, console=err)
+            report = fn(files, out_dir=report_dir, jobs=jobs, timeout_s=300.0, on_event=on_event)
         except TilegenError as exc:
             steps.append(Step(name=name, status="failed", detail=str(exc)))
             continue
-        steps.append(Step(name=name, status="ok" if ok else "failed",
+        done(report)
+        steps.append(Step(name=name, status="ok" if report.ok else "failed",
                           detail=f"on {gpu.name}; reports in {report_dir}/"))
-    return steps
-
-
-def steps_table(steps: list[Step]) -> Table:
-    table = Table(title="tilegen run")
-    for col in ("step", "status", "detail"):
-        table.add_column(col)
-    for s in steps:
-        table.add_row(s.name, s.status, s.detail)
-    return table
+    return MainJobReport(steps=tuple(steps), reports=tuple(reports))

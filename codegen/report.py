@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import platform
@@ -12,6 +10,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from codegen.columns import Column, csv_text, markdown_table
 from codegen.files import write_text_atomic
 from codegen.hardware import DType, Target
 from codegen.targets import HARDWARE, TARGETS
@@ -55,7 +54,38 @@ def _shape(s) -> str:
     return "x".join(str(v) for v in s)
 
 
+def _fmt(v) -> str:
+    if v is None:
+        return ""
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
 # ---------------------------------------------------------------- verify
+# one row per case (a verify.json case); verify.md and `tilegen verify`'s --cases table
+VERIFY_COLUMNS: tuple[Column, ...] = (
+    Column(header="kernel", value=lambda c: c["uri"]),
+    Column(header="run on", value=lambda c: c["run_target"]),
+    Column(header="shape", value=lambda c: c["shape"], fmt=_shape),
+    Column(header="inputs", value=lambda c: c["inputs"], fmt=str),
+    Column(header="seed", value=lambda c: c["seed"], fmt=str, justify="right"),
+    Column(header="status", value=lambda c: c["status"]),
+    Column(header="max abs err", value=lambda c: c["max_abs_err"], fmt=_fmt, justify="right"),
+    Column(header="max rel err", value=lambda c: c["max_rel_err"], fmt=_fmt, justify="right"),
+    Column(header="mismatch", value=lambda c: c["mismatch_ratio"], fmt=_fmt, justify="right"),
+    Column(header="tolerance", value=lambda c: c["tolerance"], fmt=str),
+    Column(header="note", value=lambda c: c["error"] or c["label"], fmt=str),
+)
+
+VERIFY_STATUSES = ("verified", "failed", "vacuous", "error", "skipped")
+
+# one row per kernel (codegen.gpurun.VerifyTally): the terminal's summary of a verify run
+VERIFY_SUMMARY_COLUMNS: tuple[Column, ...] = (
+    Column(header="kernel", value=lambda t: t.uri),
+    *(Column(header=s, value=lambda t, s=s: t.counts.get(s, 0), justify="right") for s in VERIFY_STATUSES),
+    Column(header="note", value=lambda t: t.note),
+)
+
+
 def write_verify(report, out_dir: Path) -> list[Path]:
     data = {"environment": environment(report.gpu), "gpu": report.gpu, "cases": report.cases}
     write_text_atomic(out_dir / "verify.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -70,29 +100,12 @@ def verify_markdown(data: dict) -> str:
     head = (f"Device: {env.get('device')} (driver {env.get('driver', '?')}), torch {env.get('torch')}, "
             f"tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
             + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + ".\n\n")
-    lines = ["| kernel | run on | shape | inputs | seed | status | max abs err | max rel err | mismatch | tolerance | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in data["cases"]:
-        note = c["error"] or c["label"]
-        lines.append(f"| {c['uri']} | {c['run_target']} | {_shape(c['shape'])} | {c['inputs']} | {c['seed']} | "
-                     f"{c['status']} | {_fmt(c['max_abs_err'])} | {_fmt(c['max_rel_err'])} | "
-                     f"{_fmt(c['mismatch_ratio'])} | {c['tolerance']} | {note} |")
-    return head + "\n".join(lines) + "\n"
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return ""
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    return head + "\n".join(markdown_table(VERIFY_COLUMNS, data["cases"])) + "\n"
 
 
 # ---------------------------------------------------------------- bench
-CSV_FIELDS = ("uri", "name", "target", "shape", "dtypes", "status", "kernel_ms", "kernel_p10_ms", "kernel_p90_ms",
-              "eager_ms", "compile_ms", "tflops", "gbps", "pct_peak", "pct_copy_bw", "bound", "speedup_eager",
-              "speedup_compile", "other_baselines", "error")
-
-
 def _flat(row: dict) -> dict:
+    """A bench.json row as the flat record the columns read."""
     k = row.get("kernel") or {}
     b = row.get("baselines") or {}
     s = row.get("speedup") or {}
@@ -115,33 +128,63 @@ def _other_baselines(baselines: dict, speedup: dict) -> str:
                      for n, t in sorted(baselines.items()) if n not in ("eager", "compile"))
 
 
+def _field(key: str, header: str | None = None, *, fmt=_fmt, justify="right") -> Column:
+    return Column(header=header, csv=key, value=lambda f: f[key], fmt=fmt, justify=justify)
+
+
+# one row per (kernel, shape), read from _flat(row): bench.csv (the `csv` names, in this order),
+# bench.md and the terminal table (the columns with a header, in this order)
+BENCH_COLUMNS: tuple[Column, ...] = (
+    _field("uri", "kernel", fmt=str, justify="left"),
+    _field("name"),
+    _field("target"),
+    _field("shape", "shape", fmt=str, justify="left"),
+    _field("dtypes", "dtypes", fmt=str, justify="left"),
+    _field("status"),
+    _field("kernel_ms", "tilegen ms"),
+    _field("kernel_p10_ms"),
+    _field("kernel_p90_ms"),
+    _field("eager_ms", "eager ms"),
+    _field("compile_ms", "compile ms"),
+    _field("tflops", "TFLOP/s"),
+    _field("gbps", "GB/s"),
+    _field("pct_peak", "% peak"),
+    _field("pct_copy_bw", "% copy BW"),
+    _field("bound", "bound", fmt=lambda v: v or "", justify="left"),
+    _field("speedup_eager", "vs eager"),
+    _field("speedup_compile", "vs compile"),
+    _field("other_baselines", "other baselines", fmt=str, justify="left"),
+    _field("error"),
+    Column(header="status", value=lambda f: f["status"] + (f" ({f['error']})" if f["error"] else "")),
+)
+
+CSV_FIELDS = tuple(c.csv for c in BENCH_COLUMNS if c.csv is not None)
+
+
+def bench_rows(report) -> list[dict]:
+    return [_flat(r) for r in report.rows]
+
+
 def write_bench(report, out_dir: Path) -> list[Path]:
     env = environment(report.gpu)
     data = {"environment": env, "gpu": report.gpu, "copy_gbps": report.copy_gbps, "flush_bytes": report.flush_bytes,
             "rows": report.rows}
     write_text_atomic(out_dir / "bench.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS)
-    w.writeheader()
-    for r in report.rows:
-        w.writerow(_flat(r))
-    write_text_atomic(out_dir / "bench.csv", buf.getvalue())
-    head = (f"Device: {env.get('device')} (driver {env.get('driver', '?')}, SM clock {env.get('sm_clock', '?')}), "
-            f"torch {env.get('torch')}, tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
-            f"Copy bandwidth measured in the same run: {report.copy_gbps:.0f} GB/s. "
-            f"L2 flushed with {report.flush_bytes >> 20} MiB before every timed launch; median over the iterations shown.\n\n")
-    lines = [("| kernel | shape | dtypes | tilegen ms | eager ms | compile ms | TFLOP/s | GB/s | % peak | % copy BW | bound | "
-             "vs eager | vs compile | other baselines | status |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in report.rows:
-        f = _flat(r)
-        lines.append(" | ".join(["", f["uri"], f["shape"], f["dtypes"], _fmt(f["kernel_ms"]), _fmt(f["eager_ms"]),
-                                 _fmt(f["compile_ms"]), _fmt(f["tflops"]), _fmt(f["gbps"]), _fmt(f["pct_peak"]),
-                                 _fmt(f["pct_copy_bw"]), f["bound"] or "", _fmt(f["speedup_eager"]),
-                                 _fmt(f["speedup_compile"]), f["other_baselines"], f["status"] + (f" ({f['error']})" if f["error"] else ""), ""]).strip())
-    write_text_atomic(out_dir / "bench.md", head + "\n".join(lines) + "\n")
+    write_text_atomic(out_dir / "bench.csv", csv_text(BENCH_COLUMNS, bench_rows(report)))
+    write_text_atomic(out_dir / "bench.md", bench_markdown(data))
     paths = [out_dir / "bench.json", out_dir / "bench.csv", out_dir / "bench.md"]
     paths += _plots(report, out_dir)
     return paths
+
+
+def bench_markdown(data: dict) -> str:
+    """The markdown table of a bench.json document (so it can be rebuilt from the JSON alone)."""
+    env = data["environment"]
+    head = (f"Device: {env.get('device')} (driver {env.get('driver', '?')}, SM clock {env.get('sm_clock', '?')}), "
+            f"torch {env.get('torch')}, tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
+            f"Copy bandwidth measured in the same run: {data['copy_gbps']:.0f} GB/s. "
+            f"L2 flushed with {data['flush_bytes'] >> 20} MiB before every timed launch; median over the iterations shown.\n\n")
+    return head + "\n".join(markdown_table(BENCH_COLUMNS, [_flat(r) for r in data["rows"]])) + "\n"
 
 
 def _plots(report, out_dir: Path) -> list[Path]:

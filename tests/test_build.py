@@ -24,8 +24,10 @@ from codegen import build as build_mod
 from codegen.build import BuildOptions, BuildResult, build, check_rules, dump_json, read_entry
 from codegen.buildcache import BuildCache, cache_key
 from codegen.cli import app
-from codegen.doctor import run_doctor
+from codegen.console import UI
+from codegen.doctor import doctor
 from codegen.errors import TilegenError
+from codegen.events import Event
 from codegen.hardware import Target
 from codegen.pipeline import Project
 from codegen.targets import gfx942
@@ -251,10 +253,13 @@ def test_progress_is_one_plain_line_per_kernel_built_when_not_a_terminal():
 
     for terminal in (False, True):
         text = StringIO()
-        with build_mod._Progress(Console(file=text, force_terminal=terminal, width=200)) as progress:
-            progress.plan(3, 2)
-            for r in (result("cached", 0.0), result("built", 1.25), result("failed", 0.5, "clang failed: x")):
-                progress.advance(r)
+        console = Console(file=text, force_terminal=terminal, width=200)
+        with UI(console, console) as ui:
+            ui.event(Event(stage="build", kind="start", done=0, total=3, label="building 2 of 3 (rest cached)"))
+            for n, r in enumerate((result("cached", 0.0), result("built", 1.25), result("failed", 0.5, "clang failed: x")), 1):
+                ui.event(Event(stage="build", kind="advance", done=n, total=3,
+                               label=f"{r.uri} {'x'.join(map(str, r.shape))} {r.target}", status=r.status,
+                               seconds=r.seconds, error=r.error))
         lines = text.getvalue().splitlines()
         if not terminal:
             assert lines == ["building 2 of 3 (rest cached)", "[2/3] built k_built 64x128 gfx942 (1.2 s)",
@@ -317,7 +322,7 @@ def test_doctor_names_the_fetch_command_when_gfx942_is_missing(tmp_path, monkeyp
     from rich.console import Console
 
     monkeypatch.setattr(gfx942, "find_gfx942", lambda root, env_json=None: find_gfx942(root, env_json=tmp_path / "env.json"))
-    code = run_doctor(ROOT, (Target.GFX942,), out=Console(width=300, file=sys.stdout))
+    code = UI(Console(width=300, file=sys.stdout), Console(stderr=True)).show_doctor(doctor(ROOT, (Target.GFX942,)))
     out = capsys.readouterr().out
     assert code == 1
     assert out.strip().splitlines()[-1] == f"not ready to build gfx942: gfx942 clang + HIP headers ({FETCH_GFX942})"

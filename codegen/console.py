@@ -1,0 +1,189 @@
+"""The console: every table and progress bar tilegen shows, drawn from the typed reports the library
+returns (BuildReport, VerifyReport, BenchReport, DoctorReport, MainJobReport) and the progress events
+it reports (codegen.events). Tables come from each report's column definition (codegen.columns),
+the same one report.py writes Markdown and CSV from. Nothing here computes a result."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Self
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from codegen.build import BUILD_COLUMNS, BuildReport, dump_json
+from codegen.columns import Column, table_columns
+from codegen.doctor import DOCTOR_COLUMNS, DoctorReport
+from codegen.events import Event
+from codegen.gpurun import BenchReport, VerifyReport
+from codegen.mainjob import STEP_COLUMNS, MainJobReport
+from codegen.render import RenderedFile
+from codegen.report import BENCH_COLUMNS, VERIFY_SUMMARY_COLUMNS, bench_rows
+
+TABLE_WIDTH = 200  # a table's width when its stream is not a terminal (CI logs): not wrapped at 80 columns
+
+
+def _summary_cell(key: str) -> Column:
+    return Column(header=key, value=lambda f: f.instance.summary()[key])
+
+
+# the columns of `tilegen list` (a RenderedFile per row): the terminal table and the plain lines
+LIST_COLUMNS: tuple[Column, ...] = (
+    Column(header="uri", value=lambda f: f.uri),
+    Column(header="op", value=lambda f: f.instance.op),
+    Column(header="target", value=lambda f: f.instance.target.value),
+    *(_summary_cell(key) for key in ("dtypes", "layout", "tiling", "threads", "schedule", "tail")),
+    Column(header="LDS B", value=lambda f: f.instance.lds_bytes),
+    Column(header="shapes", value=lambda f: len(f.instance.shapes)),
+)
+
+
+def rich_table(title: str, columns: Sequence[Column], rows: Iterable[object], *, fold: bool = False) -> Table:
+    """The terminal table of a report: the columns with a header, cells as Markdown writes them."""
+    cols = table_columns(columns)
+    table = Table(title=title)
+    for c in cols:
+        table.add_column(c.header, justify=c.justify, overflow="fold" if fold else "ellipsis")
+    for r in rows:
+        table.add_row(*(Text(c.cell(r), style=(c.style(r) or "") if c.style else "") for c in cols))
+    return table
+
+
+def _wide(console: Console) -> Console:
+    """Tables at full width in logs: a console that is not a terminal would wrap them at 80 columns."""
+    return console if console.is_terminal else Console(file=console.file, width=TABLE_WIDTH, highlight=False)
+
+
+class UI:
+    """Draws on `out` (tables, results) and `err` (progress, failures, notes). `event` is the
+    `on_event` callback of library calls: a progress bar on a terminal (gone when the report is
+    shown), elsewhere plain lines: a stage's start, then one line per item that ended other than
+    cached or fine. Failures are printed as they happen either way. Use it as a context manager: a
+    bar left by an interrupted call is stopped on the way out."""
+
+    def __init__(self, out: Console, err: Console):
+        self.out = out
+        self.err = err
+        self.progress: Progress | None = None
+        self.tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop_progress()
+
+    def stop_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        self.progress = None
+        self.tasks = {}
+
+    # ---- progress ----
+    def event(self, e: Event) -> None:
+        if e.kind == "start":
+            if not e.label:
+                return
+            if not self.err.is_terminal:
+                self.err.print(e.label, markup=False)
+                return
+            if self.progress is None:
+                self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                         MofNCompleteColumn(), TimeElapsedColumn(), console=self.err, transient=True)
+                self.progress.start()
+            self.tasks[e.stage] = self.progress.add_task(e.label, total=e.total)
+            return
+        if self.progress is not None and e.stage in self.tasks:
+            self.progress.update(self.tasks[e.stage], completed=e.done)
+        if not self.err.is_terminal:
+            if e.status not in (None, "cached"):
+                line = f"[{e.done}/{e.total}] {e.status} {e.label}"
+                line += f" ({e.seconds:.1f} s)" if e.seconds is not None else ""
+                self.err.print(line + (f": {e.error}" if e.error else ""), markup=False)
+        elif e.status in ("failed", "error"):
+            self.err.print(f"{e.status}: {e.label}", markup=False)
+
+    # ---- reports ----
+    def show(self, report: object, **kw) -> int:
+        """Any report; returns the exit code it calls for."""
+        for kind, method in ((BuildReport, self.show_build), (VerifyReport, self.show_verify),
+                             (BenchReport, self.show_bench), (DoctorReport, self.show_doctor),
+                             (MainJobReport, self.show_main_job)):
+            if isinstance(report, kind):
+                return method(report, **kw)
+        raise TypeError(f"no view of {type(report).__name__}")
+
+    def show_build(self, report: BuildReport, *, as_json: bool = False, root: Path | None = None) -> int:
+        self.stop_progress()
+        if as_json:
+            sys.stdout.write(dump_json(report.documents(volatile=True)))
+        else:
+            title = f"{len(report.results)} build(s), {report.jobs} job(s), {report.wall_s:.1f} s"
+            _wide(self.out).print(rich_table(title, BUILD_COLUMNS, report.sorted_results()))
+        for r in report.failed:
+            self.err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
+                           + (f" (log: {r.log})" if r.log else ""), markup=False)
+        for p in report.written:
+            self.err.print(f"wrote {_rel(p, root)}", markup=False)
+        counts = report.counts()
+        self.err.print(f"{counts['built']} built, {counts['cached']} cached, {counts['failed']} failed "
+                       f"in {report.wall_s:.1f} s", markup=False)
+        return 0 if report.ok else 1
+
+    def show_verify(self, report: VerifyReport, *, as_json: bool = False) -> int:
+        self.stop_progress()
+        if as_json:
+            sys.stdout.write(json.dumps({"gpu": report.gpu, "cases": report.cases}, indent=1, sort_keys=True) + "\n")
+        _wide(self.err).print(rich_table(f"verify on {report.gpu['name']}", VERIFY_SUMMARY_COLUMNS, report.tally()))
+        self._written(report.written)
+        return 0 if report.ok else 1
+
+    def show_bench(self, report: BenchReport, *, as_json: bool = False) -> int:
+        self.stop_progress()
+        if as_json:
+            sys.stdout.write(json.dumps({"gpu": report.gpu, "copy_gbps": report.copy_gbps, "rows": report.rows},
+                                        indent=1, sort_keys=True) + "\n")
+        title = f"bench on {report.gpu['name']} (copy {report.copy_gbps:.0f} GB/s)"
+        _wide(self.err).print(rich_table(title, BENCH_COLUMNS, bench_rows(report)))
+        self._written(report.written)
+        return 0 if report.ok else 1
+
+    def _written(self, paths: list[str]) -> None:
+        if paths:
+            self.err.print("reports: " + ", ".join(paths), markup=False)
+
+    def show_doctor(self, report: DoctorReport) -> int:
+        title = f"tilegen doctor: {', '.join(t.value for t in report.targets)}"
+        self.out.print(rich_table(title, DOCTOR_COLUMNS, report.checks, fold=True))
+        self.out.print(report.verdict(), markup=False)
+        return 0 if report.ok else 1
+
+    def show_main_job(self, report: MainJobReport) -> int:
+        """The steps table (each step's own report was shown as it ended: `show` is run_main_job's on_report)."""
+        self.stop_progress()
+        _wide(self.out).print(rich_table("tilegen run", STEP_COLUMNS, report.steps))
+        return 0 if report.ok else 1
+
+    def show_list(self, files: list[RenderedFile], *, as_json: bool = False) -> None:
+        if as_json:
+            rows = [f.instance.metadata(f.uri) | {"file": str(f.path)} for f in files]
+            sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+        elif not self.out.is_terminal:  # a pipe or a file: every cell in full, tab-separated, a header line first
+            rows = [[c.header for c in LIST_COLUMNS]] + [[c.cell(f) for c in LIST_COLUMNS] for f in files]
+            sys.stdout.write("".join("\t".join(row) + "\n" for row in rows))
+        else:
+            self.out.print(rich_table(f"{len(files)} kernel instance(s)", LIST_COLUMNS, files))
+
+
+def _rel(path: Path, root: Path | None) -> str:
+    if root is None:
+        return str(path)
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
