@@ -22,6 +22,7 @@ _SIGINT_HANDLER = (
 )
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -54,6 +55,8 @@ app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pre
                        "(H100/H200).")
 new_app = typer.Typer(no_args_is_help=True, help="Write a commented starter spec.")
 app.add_typer(new_app, name="new")
+toolchain_app = typer.Typer(no_args_is_help=True, help="The device toolchains `tilegen build` uses.")
+app.add_typer(toolchain_app, name="toolchain")
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -191,6 +194,24 @@ def init(
     for p in written:
         out.print(f"wrote {p}", markup=False)
     out.print(f"initialised a tilegen project in {dest}: `tilegen -C {dest} validate` checks it", markup=False)
+
+
+@toolchain_app.command("fetch")
+def toolchain_fetch(
+    dest: Annotated[Path | None, typer.Option(
+        "--dest", help="Where to unpack it (default: the user cache, shared by every project).",
+        show_default=False)] = None,
+) -> None:
+    """Fetch the offline AMD device toolchain (gfx942, gfx950): Debian's clang/lld via apt (needs root), HIP
+    headers and ROCm device libraries unpacked into DEST, described in DEST/env.json."""
+    import subprocess
+
+    from codegen.targets.amdgcn import FETCH_SCRIPT, user_toolchain_dir
+
+    target = dest or user_toolchain_dir()
+    proc = subprocess.run(["bash", str(FETCH_SCRIPT), str(target)], check=False,
+                          env={**os.environ, "PYTHON": sys.executable})
+    raise typer.Exit(0 if proc.returncode == 0 else 1)
 
 
 @new_app.command("gemm")

@@ -280,7 +280,24 @@ def test_missing_gfx942_toolchain_is_one_line_naming_the_fetch_command(tmp_path)
     with pytest.raises(ToolchainMissing) as exc:
         find_gfx942(ROOT, env_json=tmp_path / "env.json")
     assert str(exc.value) == (f"gfx942 toolchain missing: no ROCm at /opt/rocm and no {tmp_path}/env.json; "
-                              f"run `{FETCH_GFX942}`")
+                              f"run `{FETCH_GFX942}` (in a tilegen checkout: `bash tools/fetch-gfx942-toolchain.sh`)")
+
+
+def test_an_installed_tilegen_finds_the_toolchain_in_the_user_cache(tmp_path, monkeypatch):
+    """No ROCm and no project .toolchain/: the user cache's env.json (`tilegen toolchain fetch`) is used."""
+    from codegen.targets import amdgcn
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(amdgcn, "_rocm_toolchain", lambda *a: None)
+    project = tmp_path / "project"
+    project.mkdir()
+    with pytest.raises(ToolchainMissing, match="no ROCm at /opt/rocm and no .toolchain/env.json"):
+        amdgcn.find_amd(project, "gfx942")
+    cached = amdgcn.user_toolchain_dir() / "env.json"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("{}", encoding="utf-8")  # unreadable as a toolchain: the message names the file it read
+    with pytest.raises(ToolchainMissing, match=str(cached)):
+        amdgcn.find_amd(project, "gfx942")
 
 
 def test_incomplete_gfx942_toolchain_names_what_is_missing(tmp_path):
@@ -288,7 +305,8 @@ def test_incomplete_gfx942_toolchain_names_what_is_missing(tmp_path):
     env.write_text(json.dumps({"clang": "/nonexistent/clang++-19", "clang_version": "x", "hip_include_dir": "/nope",
                                "flags": [], "include_dirs": []}))
     with pytest.raises(ToolchainMissing, match=r"^gfx942 toolchain incomplete: /nonexistent/clang\+\+-19 not found; "
-                                               r"run `bash tools/fetch-gfx942-toolchain.sh`$"):
+                                               r"run `tilegen toolchain fetch` \(in a tilegen checkout: "
+                                               r"`bash tools/fetch-gfx942-toolchain.sh`\)$"):
         find_gfx942(ROOT, env_json=env)
 
 
@@ -315,7 +333,8 @@ def test_cli_missing_toolchain_is_one_line_and_exit_1(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["build", "gemm_fp16_nt", "--target", "gfx942", "--cache-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
-        f"error: gfx942 toolchain missing: no ROCm at /opt/rocm and no {tmp_path}/env.json; run `{FETCH_GFX942}`"]
+        (f"error: gfx942 toolchain missing: no ROCm at /opt/rocm and no {tmp_path}/env.json; run `{FETCH_GFX942}` "
+        "(in a tilegen checkout: `bash tools/fetch-gfx942-toolchain.sh`)")]
 
 
 def test_doctor_names_the_fetch_command_when_gfx942_is_missing(tmp_path, monkeypatch, capsys):

@@ -179,7 +179,7 @@ def test_an_env_json_without_gfx950_says_to_fetch_it(tmp_path):
     with pytest.raises(ToolchainMissing) as exc:
         gfx950.find_gfx950(ROOT, env_json=tmp_path / "env.json")
     assert str(exc.value) == (f"gfx950 toolchain missing: {tmp_path}/env.json has no gfx950 compiler (it has gfx942); "
-                              "run `bash tools/fetch-gfx942-toolchain.sh`")
+                              "run `tilegen toolchain fetch` (in a tilegen checkout: `bash tools/fetch-gfx942-toolchain.sh`)")
 
 
 def test_an_env_json_whose_device_libs_lack_the_isa_bitcode_is_incomplete(tmp_path):

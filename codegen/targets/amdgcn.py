@@ -33,13 +33,23 @@ from codegen.targets.base import (
 from codegen.toolchain import TileLangInstall, ToolchainMissing, find_tilelang, run_version
 
 # ---- toolchain ------------------------------------------------------------------------------------
-# ROCm's clang when ROCm is installed at /opt/rocm, else the project-local toolchain that
-# `tools/fetch-gfx942-toolchain.sh` unpacks into .toolchain/ and describes in .toolchain/env.json:
-# the shared HIP headers at the top level, one compiler (clang, device libraries, flags) per arch
-# under "archs". An env.json written before "archs" existed describes its one "arch" at the top level.
+# ROCm's clang when ROCm is installed at /opt/rocm, else the offline toolchain that the packaged
+# script data/fetch-amd-toolchain.sh unpacks and describes in env.json -- the project's own (.toolchain/,
+# what `bash tools/fetch-gfx942-toolchain.sh` makes in a checkout), else the user's (the user cache, what
+# `tilegen toolchain fetch` makes for an installed tilegen): the shared HIP headers at the top level, one
+# compiler (clang, device libraries, flags) per arch under "archs". An env.json written before "archs"
+# existed describes its one "arch" at the top level.
 
-FETCH_AMD = "bash tools/fetch-gfx942-toolchain.sh"
+FETCH_AMD = "tilegen toolchain fetch"
+FETCH_AMD_CHECKOUT = "bash tools/fetch-gfx942-toolchain.sh"  # the same, for a checkout's .toolchain/
+FETCH_SCRIPT = Path(__file__).resolve().parent / "data" / "fetch-amd-toolchain.sh"
 ROCM_ROOT = Path("/opt/rocm")
+
+
+def user_toolchain_dir() -> Path:
+    """Where `tilegen toolchain fetch` puts the AMD toolchain by default: the user cache, shared by projects."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "tilegen" / "toolchain"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +107,7 @@ def env_archs(env: Mapping[str, object], arch: str) -> dict[str, Mapping[str, ob
 
 
 def _project_toolchain(env_json: Path, shown: str, arch: str) -> AmdToolchain:
-    fix = f"run `{FETCH_AMD}`"
+    fix = f"run `{FETCH_AMD}` (in a tilegen checkout: `{FETCH_AMD_CHECKOUT}`)"
     if not env_json.is_file():
         raise ToolchainMissing(f"{arch} toolchain missing: no ROCm at {ROCM_ROOT} and no {shown}; {fix}")
     try:
@@ -124,13 +134,16 @@ def _project_toolchain(env_json: Path, shown: str, arch: str) -> AmdToolchain:
 
 
 def find_amd(root: Path, arch: str, *, env_json: Path | None = None, rocm: Path = ROCM_ROOT) -> AmdToolchain:
-    """ROCm at `rocm` when complete, else the project toolchain's env.json. An explicit `env_json`
-    selects that file only (tests use a bogus one to check the missing-toolchain message)."""
+    """ROCm at `rocm` when complete, else the project's .toolchain/env.json, else the user cache's. An
+    explicit `env_json` selects that file only (tests use a bogus one to check the missing-toolchain message)."""
     if env_json is None:
         found = _rocm_toolchain(rocm, find_tilelang(), arch)
         if found is not None:
             return found
         env_json = root / ".toolchain" / "env.json"
+        user = user_toolchain_dir() / "env.json"
+        if not env_json.is_file() and user.is_file():
+            env_json = user
     try:
         shown = env_json.relative_to(root).as_posix()
     except ValueError:
