@@ -524,6 +524,9 @@ def build_and_report(project: Project, opts: BuildOptions, *, as_json: bool, out
     else:
         wide = out if out.is_terminal else Console(file=out.file, width=TABLE_WIDTH, highlight=False)  # CI logs
         wide.print(summary_table(report))
+    for r in report.results:
+        for w in r.summary().get("warnings", []):
+            err.print(f"warning: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {w}", markup=False)
     for r in report.failed:
         err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
                   + (f" (log: {r.log})" if r.log else ""), markup=False)
