@@ -106,6 +106,7 @@ NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_wr
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _TIME_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
 _STALL_RE = re.compile(r"^smsp__average_warps?_(?:latency_)?issue_stalled_([a-z_]+?)(?:_per_issue_active)?\.ratio$")
+TENSOR_PIPE = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"  # every MMA kind (ncu 2025.3, sm_90)
 _TENSOR_RE = re.compile(r"^sm__(?:pipe_tensor|inst_executed_pipe_tensor)\w*\.(?:avg\.)?pct_of_peak_sustained_active$")
 _OCC_LIMIT_RE = re.compile(r"^launch__occupancy_limit_(\w+)$")
 
@@ -183,13 +184,17 @@ def ncu_measured(subject: str, rows: list[dict[str, object]]) -> Measured:
     m.theoretical_occupancy_pct = _weighted(rows, "sm__maximum_warps_per_active_cycle_pct", durations)
     m.sm_throughput_pct = _weighted(rows, "sm__throughput.avg.pct_of_peak_sustained_elapsed", durations)
     names = set().union(*(r.keys() for r in rows))
-    tensor = [v for n in sorted(names) if _TENSOR_RE.match(n) and (v := _weighted(rows, n, durations)) is not None]
-    m.tensor_pipe_pct = max(tensor) if tensor else None
+    m.tensor_pipe_pct = _weighted(rows, TENSOR_PIPE, durations)
+    if m.tensor_pipe_pct is None:  # an ncu without the all-kinds metric: the busiest per-kind one
+        tensor = [v for n in sorted(names) if _TENSOR_RE.match(n) and (v := _weighted(rows, n, durations)) is not None]
+        m.tensor_pipe_pct = max(tensor) if tensor else None
     limits = {mm.group(1): v for n in names if (mm := _OCC_LIMIT_RE.match(n)) and (v := _weighted(rows, n, durations)) is not None}
     if limits:  # blocks per SM each resource allows; the smallest limits occupancy
-        m.occupancy_limiter = min(sorted(limits), key=lambda k: limits[k])
+        least = min(limits.values())
+        m.occupancy_limiter = "/".join(k for k in sorted(limits) if limits[k] == least)  # ties: each of them
     for n in sorted(names):
-        if (mm := _STALL_RE.match(n)) and not mm.group(1).endswith("not_issued"):
+        # "selected" is the issue cycle itself (always 1.0), not a stall
+        if (mm := _STALL_RE.match(n)) and mm.group(1) != "selected" and not mm.group(1).endswith("not_issued"):
             v = _weighted(rows, n, durations)
             if v is not None:
                 m.stalls[mm.group(1)] = v

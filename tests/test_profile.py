@@ -38,6 +38,30 @@ def test_ncu_raw_csv_is_read_in_base_units():
     assert row["dram__bytes_read.sum"] == 268_435_456.0  # thousands separators dropped
 
 
+def test_captured_ncu_run_of_a_cublas_gemm_is_compute_bound():
+    """A real ncu 2025.3.1 capture on an H200 (NVTX columns between Host Name and Kernel Name, units 'ns')."""
+    (row,) = prof.parse_ncu_raw_csv((DATA / "ncu_h200_captured_torch_matmul_fp16_8192.csv").read_text())
+    assert row["Kernel Name"].startswith("nvjet_sm90") and row["gpu__time_duration.sum"] == 1_437_888.0
+    m = prof.ncu_measured("baseline:eager", [row])
+    assert 2 * 8192**3 / m.duration_ns / 1e3 == pytest.approx(764.7, abs=0.1)  # TFLOP/s: cuBLAS near peak
+    assert m.tensor_pipe_pct == pytest.approx(96.86) and m.l2_hit_pct == pytest.approx(70.2)
+    assert m.achieved_occupancy_pct == pytest.approx(14.78) and m.theoretical_occupancy_pct == pytest.approx(18.75)
+    assert m.top_stalls(1) == [("gmma", pytest.approx(4.85))] and "selected" not in m.stalls
+    kind, line, _ = prof.verdict(m, H200, _inst("gemm_", Target.SM_90))
+    assert kind == "compute" and line == "compute-bound at 97 % of the tensor pipe"
+
+
+def test_captured_ncu_run_of_torch_rms_norm_is_memory_bound():
+    (row,) = prof.parse_ncu_raw_csv((DATA / "ncu_h200_captured_torch_rms_norm_fp16_16384x8192.csv").read_text())
+    m = prof.ncu_measured("baseline:eager", [row])
+    assert m.dram_bytes == 470_004_224 + 248_925_184 and m.duration_ns == 197_600
+    assert m.dram_pct_of_peak(H200) == pytest.approx(75.8, abs=0.1)
+    assert m.top_stalls(1)[0][0] == "long_scoreboard" and m.occupancy_limiter == "registers/warps"
+    kind, line, _ = prof.verdict(m, H200, _inst("rmsnorm_", Target.SM_90))
+    assert kind == "memory" and line.startswith("memory-bound at 76 % of peak DRAM bandwidth (3638 GB/s)")
+    assert m.missing == []
+
+
 def test_ncu_memory_bound_row_kernel():
     m = prof.ncu_measured("kernel", prof.parse_ncu_raw_csv((DATA / "ncu_raw_rmsnorm.csv").read_text()))
     assert m.dram_gbps() == pytest.approx(2 * 268_435_456 / 131_072)
