@@ -62,6 +62,17 @@ def test_16_byte_loads_are_not_flagged():
     assert vector_warnings(isa, None) == []  # the family does not say: nothing checked
 
 
+def test_mostly_narrow_loads_are_flagged_even_when_some_are_wide():
+    text = (ISA / "rows_scalar_loads.s").read_text().replace(
+        "global_load_ushort v1, v[2:3], off\n", "global_load_dwordx4 v[10:13], v[2:3], off\n")
+    isa = analyse(text)
+    assert isa.load_bytes() == {16: 1, 2: 3}
+    (warning,) = vector_warnings(isa, 16)
+    assert "most global loads (3 of 4) are narrower than 16 B" in warning
+    mem = analyse_ptx("ld.global.nc.v4.u32 {%r1, %r2, %r3, %r4}, [%rd4];\nld.global.nc.u16 %rs1, [%rd4];\n")
+    assert ptx_vector_warnings(mem, 16) == []  # 1 of 2: not most
+
+
 def test_narrow_loads_inside_the_main_loop_are_flagged_even_beside_wide_ones():
     text = (ISA / "gemm_loop_waits_before_mfma.s").read_text().replace(
         "global_load_dwordx4 v[22:25], v[10:11], off", "global_load_dword v22, v[10:11], off")

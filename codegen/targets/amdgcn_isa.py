@@ -245,9 +245,20 @@ def analyse(chunk: str) -> IsaAnalysis:
     )
 
 
+def majority_warning(widths: dict[int, int], expected_bytes: int) -> list[str]:
+    """Static load counts by bytes per lane: a warning when most loads are narrower than expected."""
+    narrow = sum(n for b, n in widths.items() if b < expected_bytes)
+    total = sum(widths.values())
+    if 2 * narrow <= total:
+        return []
+    shown = ", ".join(f"{n} x {b} B" for b, n in widths.items())
+    return [f"most global loads ({narrow} of {total}) are narrower than {expected_bytes} B ({shown}) [vector_loads]"]
+
+
 def vector_warnings(isa: IsaAnalysis, expected_bytes: int | None) -> list[str]:
     """Where the spec meant `expected_bytes`-wide global loads per lane: a kernel whose global loads never
-    reach that width, or whose main loop has narrower ones. Warnings, never build failures."""
+    reach that width, most of whose loads are narrower, or whose main loop has narrower ones. Warnings,
+    never build failures."""
     if expected_bytes is None or not isa.global_loads:
         return []
     widths = isa.load_bytes()
@@ -257,6 +268,8 @@ def vector_warnings(isa: IsaAnalysis, expected_bytes: int | None) -> list[str]:
         shown = ", ".join(f"{n} x {m}" for m, n in isa.global_loads.items())
         out.append(f"no {expected_bytes}-byte global loads (widest {widest} B: {shown}); "
                    f"the spec meant {expected_bytes}-byte loads [vector_loads]")
+    else:
+        out += majority_warning(widths, expected_bytes)
     loop = isa.main_loop
     if loop is not None and loop.global_loads:
         narrow = {m: n for m, n in loop.global_loads.items() if (access_bytes(m) or 0) < expected_bytes}

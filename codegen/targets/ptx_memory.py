@@ -19,6 +19,8 @@ import shutil
 from collections import Counter
 from dataclasses import dataclass
 
+from codegen.targets.amdgcn_isa import majority_warning
+
 _VEC_RE = re.compile(r"^v(\d)$")
 _CP_SIZE_RE = re.compile(r",\s*(\d+)\s*(?:,[^,]*)?;")
 TMA_BYTES = 0  # key of TMA copies in the width histogram: no per-thread width
@@ -107,8 +109,13 @@ def ptx_vector_warnings(mem: PtxMemory, expected_bytes: int | None) -> list[str]
     if expected_bytes is None:
         return []
     widest = mem.widest_load()
-    if widest is None or widest >= expected_bytes:
+    if widest is None:
         return []
+    if widest >= expected_bytes:
+        widths = {**mem.cp_async}
+        for b, n in mem.global_loads.items():
+            widths[b] = widths.get(b, 0) + n
+        return majority_warning(dict(sorted(widths.items(), reverse=True)), expected_bytes)
     shown = ", ".join(f"{n} x {b} B" for b, n in {**mem.global_loads, **mem.cp_async}.items())
     return [(f"no {expected_bytes}-byte global loads in the PTX (widest {widest} B: {shown}); "
              f"the spec meant {expected_bytes}-byte loads [vector_loads]")]
