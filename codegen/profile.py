@@ -439,6 +439,53 @@ def markdown(r: ProfileReport, hw: Hardware) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pictures(r: ProfileReport, hw: Hardware, flops: float, dtype, folder: Path) -> list[Path]:
+    """`<kernel>_<shape>_roofline.png` (each subject at its measured DRAM bytes and time, under the hardware
+    record's roofline) and `<kernel>_<shape>_stalls.png` (the kernel's stall reasons); [] without matplotlib
+    or without the counters to place a point."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    stem = f"{r.uri}_{'x'.join(map(str, r.shape))}"
+    written = []
+    points = [(m.subject, flops / m.dram_bytes, flops / m.duration_ns / 1e3) for m in r.subjects
+              if m.dram_bytes and m.duration_ns > 0 and flops > 0]
+    if points:
+        peak, bw = hw.peak_dense_tflops[dtype], hw.hbm_bandwidth_tbps  # TFLOP/s, TB/s
+        ridge = peak / bw
+        lo, hi = min(min(p[1] for p in points) / 4, ridge / 4), max(max(p[1] for p in points) * 4, ridge * 4)
+        fig, ax = plt.subplots(figsize=(7, 5))
+        ax.plot([lo, ridge, hi], [lo * bw, peak, peak], lw=1, color="k",
+                label=f"{dtype.value} roofline ({bw:.1f} TB/s, {peak:.0f} TFLOP/s, hardware record)")
+        for name, x, y in points:
+            ax.scatter([x], [y], zorder=3, label=f"{name}: {y:.1f} TFLOP/s at {x:.1f} FLOP/B")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP / measured DRAM byte)")
+        ax.set_ylabel("TFLOP/s (FLOPs / profiled time)")
+        ax.set_title(f"{r.uri} {'x'.join(map(str, r.shape))}, {r.gpu}", fontsize=8)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(folder / f"{stem}_roofline.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    stalls = r.subjects[0].top_stalls(8)
+    if stalls:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.barh([k for k, _ in stalls][::-1], [v for _, v in stalls][::-1])
+        ax.set_xlabel("cycles per issued instruction")
+        ax.set_title(f"warp stall reasons, {r.uri}", fontsize=8)
+        fig.tight_layout()
+        written.append(folder / f"{stem}_stalls.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
 def report_paths(out_dir: Path, uri: str, shape: tuple[int, ...]) -> tuple[Path, Path]:
     stem = f"{uri}_{'x'.join(map(str, shape))}"
     return out_dir / f"{stem}.json", out_dir / f"{stem}.md"
@@ -500,4 +547,9 @@ def run_profile(project, name: str, shape_text: str | None, *, out_dir: Path | N
     paths = report_paths(folder, rendered.uri, shape)
     write_text_atomic(paths[0], json.dumps(report.to_json(hw), indent=2) + "\n")
     write_text_atomic(paths[1], markdown(report, hw))
+    from codegen.families import family
+    from codegen.hardware import DType
+
+    inst = rendered.instance
+    pictures(report, hw, family(inst).numerics.flops(inst, shape), DType(inst.spec_dtypes[0]), folder)
     return report, paths

@@ -162,5 +162,8 @@ def test_report_written_from_the_samples(tmp_path, monkeypatch):
     assert [s["subject"] for s in doc["subjects"]] == ["kernel", "baseline:compile", "baseline:eager"]
     assert "--kernel-name" in seen[1] and "--kernel-name" not in seen[2]  # baselines: the NVTX range only
     assert "memory-bound at 85 %" in md.read_text()
+    pngs = sorted(p.name for p in js.parent.glob("*.png"))
+    if pngs:  # matplotlib present
+        assert pngs == [f"{uri}_8192x4096_roofline.png", f"{uri}_8192x4096_stalls.png"]
     with pytest.raises(Exception, match="takes 2 sizes"):
         prof.run_profile(PROJECT, uri, "8192", out_dir=tmp_path)
