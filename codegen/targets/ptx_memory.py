@@ -15,7 +15,6 @@ reach the width its spec meant is flagged, as on the AMD targets.
 from __future__ import annotations
 
 import re
-import shutil
 from collections import Counter
 from dataclasses import dataclass
 
@@ -26,8 +25,7 @@ _CP_SIZE_RE = re.compile(r",\s*(\d+)\s*(?:,[^,]*)?;")
 TMA_BYTES = 0  # key of TMA copies in the width histogram: no per-thread width
 
 
-def cuobjdump_available() -> bool:
-    return shutil.which("cuobjdump") is not None
+SASS_NOT_READ = "not read: tilegen reads the PTX; cuobjdump -sass is not used (it was not installed where this was written)"
 
 
 def _type_bits(token: str) -> int | None:
@@ -65,8 +63,7 @@ class PtxMemory:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "source": "ptx", "sass": "cuobjdump found; SASS not read yet" if cuobjdump_available()
-            else "not read: cuobjdump not installed here (CUDA toolkit's cuda-cuobjdump)",
+            "source": "ptx", "sass": SASS_NOT_READ,
             "global_load_bytes": {str(k): v for k, v in self.global_loads.items()},
             "global_store_bytes": {str(k): v for k, v in self.global_stores.items()},
             "cp_async_bytes": {str(k): v for k, v in self.cp_async.items()},
