@@ -262,6 +262,23 @@ def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None
 
 
 @app.command()
+def profile(
+    name: Annotated[str, typer.Argument(help="Spec name or kernel URI (one kernel).", show_default=False)],
+    shape: Annotated[str | None, typer.Option("--shape", help="Sizes joined by 'x' (default: the spec's first shape).")] = None,
+    out_dir: ReportDir = None,
+) -> None:
+    """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD): DRAM
+    bandwidth, L2 hit rate, occupancy, tensor pipe, stalls and a verdict, under reports/<gpu>/profile/."""
+    from codegen.profile import run_profile
+
+    project = _project()
+    report, paths = _run(lambda: run_profile(project, name, shape, out_dir=out_dir))
+    out.print(report.verdict + (f" — knobs: {', '.join(report.knobs)}" if report.knobs else ""), markup=False)
+    for p in paths:
+        out.print(f"wrote {p}", markup=False)
+
+
+@app.command()
 def build(
     names: NamesArg = None,
     all_: AllOpt = False,

@@ -125,6 +125,9 @@ class UI:
         else:
             title = f"{len(report.results)} build(s), {report.jobs} job(s), {report.wall_s:.1f} s"
             _wide(self.out).print(rich_table(title, BUILD_COLUMNS, report.sorted_results()))
+        for r in report.results:  # the static analysis' findings ([vector_loads]): warnings, never failures
+            for w in r.summary().get("warnings", []):
+                self.err.print(f"warning: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {w}", markup=False)
         for r in report.failed:
             self.err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
                            + (f" (log: {r.log})" if r.log else ""), markup=False)

@@ -52,6 +52,12 @@ class InstanceBase:
         expressions as its `T.Kernel(...)` calls (rule grid_limit checks them against the target)."""
         raise NotImplementedError(f"{type(self).__name__} does not say its launch grids")
 
+    def global_load_bytes(self) -> int | None:
+        """Bytes per lane the spec means each global load of the main path to move (16 for a 16-byte
+        vector load); build's static analysis warns when the compiled kernel loads narrower. None: the
+        family does not say (nothing is checked)."""
+        return None
+
     def canonical(self, template_sha256: str) -> str:
         data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS}
         data["template_sha256"] = template_sha256

@@ -198,6 +198,10 @@ class RowInstance(InstanceBase):
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
 
+    def global_load_bytes(self) -> int | None:
+        """`vector` contiguous input elements per lane: one load of vector x dtype bytes (at most 16)."""
+        return min(ROW_VECTOR_BYTES, self.vector * DTYPE_BYTES[DType(self.spec_dtypes[0])])
+
     def stem(self) -> str:
         parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", self._variant_tag(), f"t{self.threads}",
                  f"v{self.vector}"]

@@ -20,6 +20,7 @@ from types import MappingProxyType
 import yaml
 
 from codegen.hardware import DType, Hardware
+from codegen.targets.amdgcn_isa import IsaAnalysis, analyse, vector_warnings
 from codegen.targets.base import (
     Check,
     DeviceMatch,
@@ -29,6 +30,7 @@ from codegen.targets.base import (
     read_launches,
     run_compiler,
     smoke_check,
+    vector_checked_symbols,
 )
 from codegen.toolchain import TileLangInstall, ToolchainMissing, find_tilelang, run_version
 
@@ -184,6 +186,7 @@ class AmdAsm:
     max_threads: int  # .max_flat_workgroup_size (__launch_bounds__)
     wave_lanes: int
     mfma: tuple[tuple[str, int], ...]  # (mnemonic, static count), sorted
+    isa: IsaAnalysis  # memory access widths and the main loop (codegen.targets.amdgcn_isa)
 
     @property
     def mfma_count(self) -> int:
@@ -237,7 +240,7 @@ def parse_asm(text: str) -> list[AmdAsm]:
             lds_static_bytes=_int(md, ".group_segment_fixed_size", symbol),
             occupancy_regs=_int(info, "Occupancy", symbol), code_bytes=_int(info, "codeLenInByte", symbol),
             max_threads=_int(md, ".max_flat_workgroup_size", symbol), wave_lanes=_int(md, ".wavefront_size", symbol),
-            mfma=tuple(sorted(mfma.items())),
+            mfma=tuple(sorted(mfma.items())), isa=analyse(chunk),
         ))
         if info.get("TotalNumVgprs", kernels[-1].total_vgprs) != kernels[-1].total_vgprs:
             raise ReportParseError(f"{symbol}: TotalNumVgprs {info['TotalNumVgprs']} != metadata .vgpr_count")
@@ -266,6 +269,8 @@ class AmdKernel:
     launch: Launch
     waves_per_simd: int  # min(register limit, LDS limit) for a full CU
     waves_per_simd_lds: int
+    warnings: tuple[str, ...] = ()  # static-analysis warnings (vector_loads), never build failures
+    expected_load_bytes: int | None = None  # global load width per lane the spec meant; None: not checked
 
     @property
     def symbol(self) -> str:
@@ -298,6 +303,8 @@ class AmdKernel:
             "lds_dynamic_source": self.launch.source, "lds_bytes": self.lds_bytes,
             "occupancy_regs": a.occupancy_regs, "waves_per_simd_lds": self.waves_per_simd_lds,
             "waves_per_simd": self.waves_per_simd, "mfma": dict(a.mfma), "code_bytes": a.code_bytes,
+            "isa": a.isa.to_json() | {"expected_global_load_bytes": self.expected_load_bytes,
+                                      "warnings": list(self.warnings)},
         }
 
 
@@ -309,12 +316,15 @@ def read_kernels(hw: Hardware, entry: Path, inst) -> tuple[AmdKernel, ...]:
         raise ReportParseError(f"kernel.s is {arch} assembly, not {hw.tilelang_target['mcpu']}")
     asm = parse_asm(text)
     launches = read_launches(entry, inst, [a.symbol for a in asm], {a.symbol: a.max_threads for a in asm})
+    checked = vector_checked_symbols(inst, [a.symbol for a in asm])
     kernels = []
     for a in asm:
         launch = launches[a.symbol]
         waves, by_lds = waves_per_simd(hw, occupancy_regs=a.occupancy_regs, threads=launch.threads,
                                        lds_bytes=a.lds_static_bytes + launch.dynamic_lds_bytes, wave_lanes=a.wave_lanes)
-        kernels.append(AmdKernel(asm=a, launch=launch, waves_per_simd=waves, waves_per_simd_lds=by_lds))
+        expected = inst.global_load_bytes() if a.symbol in checked else None
+        kernels.append(AmdKernel(asm=a, launch=launch, waves_per_simd=waves, waves_per_simd_lds=by_lds,
+                                 expected_load_bytes=expected, warnings=tuple(vector_warnings(a.isa, expected))))
     return tuple(kernels)
 
 
@@ -329,6 +339,7 @@ def summarize(ks: tuple[AmdKernel, ...]) -> dict[str, object]:
         "scratch_bytes": max(k.asm.scratch_bytes for k in ks), "lds_bytes": max(k.lds_bytes for k in ks),
         "waves_per_simd": min(k.waves_per_simd for k in ks), "mfma": dict(sorted(mfma.items())),
         "code_bytes": sum(k.asm.code_bytes for k in ks),
+        "warnings": [f"{k.symbol}: {w}" for k in ks for w in k.warnings],
     }
 
 

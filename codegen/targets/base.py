@@ -110,6 +110,16 @@ def read_launches(entry: Path, inst, symbols: list[str], default_threads: dict[s
     return out
 
 
+def vector_checked_symbols(inst, symbols: list[str]) -> set[str]:
+    """The kernels whose global loads are checked against the width the spec meant
+    (`inst.global_load_bytes()`): all of them, except the edge kernels of a specialized tail, which
+    handle the ragged rest and may load narrower by design (the interior kernel comes first)."""
+    ordered = sorted(symbols, key=symbol_order)
+    if str(getattr(inst, "tail", "none")) == "specialized":
+        return set(ordered[:1])
+    return set(ordered)
+
+
 # ---- doctor ---------------------------------------------------------------------------------------
 
 Status = Literal["ok", "missing", "info"]

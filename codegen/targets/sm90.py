@@ -24,7 +24,9 @@ from codegen.targets.base import (
     read_launches,
     run_compiler,
     smoke_check,
+    vector_checked_symbols,
 )
+from codegen.targets.ptx_memory import PtxMemory, analyse_ptx, ptx_vector_warnings
 from codegen.toolchain import ToolchainMissing, find_tilelang, run_version
 
 HW = Hardware(
@@ -238,6 +240,7 @@ class PtxKernel:
     tma: int  # cp.async.bulk.tensor instructions (TMA copies)
     mma_sync: int  # mma.sync (Ampere-style warp MMA)
     setmaxnreg: int  # register reallocation between producer and consumer warpgroups
+    memory: PtxMemory  # global access widths (codegen.targets.ptx_memory)
 
 
 _PTX_ENTRY_RE = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+([\w$]+)\s*\(", re.MULTILINE)
@@ -262,6 +265,7 @@ def parse_ptx(text: str) -> list[PtxKernel]:
             tma=sum(s.startswith("cp.async.bulk.tensor") for s in instr),
             mma_sync=sum(s.startswith("mma.sync") for s in instr),
             setmaxnreg=sum(s.startswith("setmaxnreg") for s in instr),
+            memory=analyse_ptx(body),
         ))
     return out
 
@@ -274,6 +278,8 @@ class Sm90Kernel:
     blocks_per_sm: int  # resident blocks of one SM (sm90_occupancy)
     warps_per_sm: int
     occupancy_limiter: str
+    warnings: tuple[str, ...] = ()  # static-analysis warnings (vector_loads), never build failures
+    expected_load_bytes: int | None = None  # global load width per thread the spec meant; None: not checked
 
     @property
     def symbol(self) -> str:
@@ -304,6 +310,8 @@ class Sm90Kernel:
             "blocks_per_sm": self.blocks_per_sm, "warps_per_sm": self.warps_per_sm,
             "occupancy_limiter": self.occupancy_limiter,
             "wgmma": x.wgmma, "tma": x.tma, "mma_sync": x.mma_sync, "setmaxnreg": x.setmaxnreg,
+            "isa": x.memory.to_json() | {"spill_bytes": self.spills, "expected_global_load_bytes": self.expected_load_bytes,
+                                         "warnings": list(self.warnings)},
         }
 
 
@@ -313,13 +321,16 @@ def read_kernels(entry: Path, inst) -> tuple[Sm90Kernel, ...]:
     if not ptxas or set(ptx) != {k.symbol for k in ptxas}:
         raise ReportParseError(f"ptxas reported {sorted(k.symbol for k in ptxas)}, the PTX holds {sorted(ptx)}")
     launches = read_launches(entry, inst, [k.symbol for k in ptxas], {k.symbol: inst.threads for k in ptxas})
+    checked = vector_checked_symbols(inst, [k.symbol for k in ptxas])
     kernels = []
     for k in ptxas:
         launch = launches[k.symbol]
+        expected = inst.global_load_bytes() if k.symbol in checked else None
         blocks, warps, limiter = sm90_occupancy(registers=k.registers, threads=launch.threads,
                                                 smem_bytes=k.smem_static_bytes + launch.dynamic_lds_bytes)
         kernels.append(Sm90Kernel(ptxas=k, ptx=ptx[k.symbol], launch=launch, blocks_per_sm=blocks,
-                                  warps_per_sm=warps, occupancy_limiter=limiter))
+                                  warps_per_sm=warps, occupancy_limiter=limiter, expected_load_bytes=expected,
+                                  warnings=tuple(ptx_vector_warnings(ptx[k.symbol].memory, expected))))
     return tuple(kernels)
 
 
@@ -330,6 +341,7 @@ def summarize(ks: tuple[Sm90Kernel, ...]) -> dict[str, object]:
         "warps_per_sm": min(k.warps_per_sm for k in ks),
         "wgmma": sum(k.ptx.wgmma for k in ks), "tma": sum(k.ptx.tma for k in ks),
         "mma_sync": sum(k.ptx.mma_sync for k in ks),
+        "warnings": [f"{k.symbol}: {w}" for k in ks for w in k.warnings],
     }
 
 

@@ -21,6 +21,9 @@ ATTENTION_LOOP_COMPUTE = 11
 LOG2E = 1.4426950408889634
 
 
+VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per lane
+
+
 @dataclass(frozen=True, kw_only=True)
 class AttentionInstance(InstanceBase):
     """FlashAttention-style forward for one target: O = softmax(scale * Q.K^T [masked]) . V, one
@@ -52,6 +55,10 @@ class AttentionInstance(InstanceBase):
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
     uses_rocm_gemm: bool  # the target's gemm_fn is tilelang.rocm.language.gemm, not T.gemm
+
+    def global_load_bytes(self) -> int | None:
+        """The main loop's tile copies are laid out for 16-byte loads per lane."""
+        return VECTOR_LOAD_BYTES
 
     def stem(self) -> str:
         causal = "_causal" if self.causal else ""

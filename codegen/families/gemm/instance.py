@@ -20,6 +20,9 @@ _POLICY = {
 
 
 
+VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per lane
+
+
 @dataclass(frozen=True, kw_only=True)
 class GemmInstance(InstanceBase):
     """A GEMM kernel for one target: C[M, N] = op(A) @ op(B), fully resolved."""
@@ -59,6 +62,10 @@ class GemmInstance(InstanceBase):
     verify_tolerance_scale: float = field(compare=False)  # how the kernel is checked, not what it is
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
+
+    def global_load_bytes(self) -> int | None:
+        """The main loop's tile copies are laid out for 16-byte loads per lane."""
+        return VECTOR_LOAD_BYTES
 
     def stem(self) -> str:
         a, _, out, _ = self.spec_dtypes

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
 from codegen.families.rope.spec import RopeSpec
-from codegen.hardware import DType, Target
+from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.spec import TailPolicy
 from codegen.targets.base import TargetSpec
 
@@ -70,6 +70,10 @@ class RopeInstance(InstanceBase):
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """One workgroup per token (the template's `T.Kernel(NT, threads=THREADS)`)."""
         return ((shape[0], 1, 1),)
+
+    def global_load_bytes(self) -> int | None:
+        """`vector` contiguous input elements per lane: one load of vector x dtype bytes (rule: at most 16)."""
+        return self.vector * DTYPE_BYTES[DType(self.spec_dtypes[0])]
 
     def stem(self) -> str:
         """A readable procedural name of what changes the generated code (the target and the template

@@ -1,0 +1,61 @@
+"""The process `tilegen profile` runs under the profiler (ncu / rocprofv3): one subject -- the generated
+kernel or one torch baseline -- at one shape, compiled and fed as verify/bench do (codegen.gpu.compile_kernel,
+the family's Numerics make_inputs / launch / baselines).
+
+`python -m codegen.profile_child ROOT URI SHAPE SUBJECT` with SUBJECT `kernel` or `baseline:<name>`;
+SUBJECT `names` prints the family's baseline names as one JSON line and runs nothing.
+The subject runs WARMUP times unprofiled (compilation, torch.compile, caches), then once inside the NVTX
+range `tilegen_profile` that ncu is told to profile (`--nvtx-include tilegen_profile/`); rocprofv3 filters
+the kernel by its symbol instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+NVTX_RANGE = "tilegen_profile"
+WARMUP = 2
+
+
+def main(argv: list[str]) -> int:
+    root, uri, shape_text, subject = argv
+    import torch
+
+    from codegen.families import family
+    from codegen.gpu import compile_kernel, detect_gpu
+    from codegen.pipeline import Project
+    from codegen.targets import torch_dtype
+
+    (rendered,) = [f for f in Project(root=Path(root)).select([uri], all_=False, targets=None) if f.uri == uri][:1]
+    inst = rendered.instance
+    shape = tuple(int(v) for v in shape_text.split("x"))
+    run_target = detect_gpu().run_target
+    fam = family(inst).numerics
+    case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
+    out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)
+    out = torch.empty(fam.out_shape(inst, shape), dtype=out_dtype, device="cuda")
+    if subject == "names":
+        import json
+
+        print(json.dumps(sorted(fam.baselines(inst, case, out_dtype))))
+        return 0
+    if subject == "kernel":
+        kernel = compile_kernel(rendered, shape, run_target)
+
+        def fn():
+            fam.launch(kernel, case, out)
+    else:
+        fn = fam.baselines(inst, case, out_dtype)[subject.removeprefix("baseline:")]
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(NVTX_RANGE)
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

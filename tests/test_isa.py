@@ -1,0 +1,127 @@
+"""Static analysis of the ISA (`tilegen build`'s report): hand-written and cut amdgcn / PTX snippets in
+tests/data/isa/, with negative controls (scalar loads where 16-byte ones were meant must be flagged,
+16-byte loads must not), and the committed static reports carrying the analysis for every kernel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from codegen.hardware import Target
+from codegen.targets.amdgcn_isa import BANK_CONFLICTS_NOT_ESTIMATED, access_bytes, analyse, vector_warnings
+from codegen.targets.gfx942 import parse_gfx942_asm
+from codegen.targets.ptx_memory import analyse_ptx, ptx_access_bytes, ptx_vector_warnings
+from codegen.targets.sm90 import parse_ptx
+
+DATA = Path(__file__).parent / "data"
+ISA = DATA / "isa"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("mnemonic, nbytes", [
+    ("global_load_dwordx4", 16), ("global_load_dwordx2", 8), ("global_load_dword", 4), ("global_load_ushort", 2),
+    ("global_load_ubyte", 1), ("buffer_load_dwordx4", 16), ("global_load_short_d16_hi", 2),
+    ("global_store_dwordx2", 8), ("global_store_short", 2), ("ds_read_b128", 16), ("ds_read_b64", 8),
+    ("ds_read_u16", 2), ("ds_read2st64_b64", 16), ("ds_read2_b32", 8), ("ds_write_b128", 16), ("ds_write_b32", 4),
+])
+def test_access_bytes(mnemonic, nbytes):
+    assert access_bytes(mnemonic) == nbytes
+
+
+def test_loop_that_waits_for_its_loads_before_the_mfmas_is_not_overlapped():
+    isa = analyse((ISA / "gemm_loop_waits_before_mfma.s").read_text())
+    loop = isa.main_loop
+    assert isa.loops == 1 and loop.header == ".LBB0_3"
+    assert loop.mfma == 2 and loop.global_loads == {"global_load_dwordx4": 2} and loop.lds_reads == {"ds_read_b128": 2}
+    assert loop.waitcnt == 5 and loop.vmcnt_waits == (1, 0)
+    assert loop.mfma_with_global_in_flight == 0 and loop.overlap == "not overlapped"
+    assert loop.first_global_load_before_last_mfma  # issued early, yet waited for: not overlap
+    assert isa.global_loads == {"global_load_dwordx4": 3} and isa.global_stores == {"global_store_dwordx2": 1}
+    assert isa.to_json()["lds_bank_conflicts"] == BANK_CONFLICTS_NOT_ESTIMATED
+    assert vector_warnings(isa, 16) == []
+
+
+def test_loop_with_loads_in_flight_across_the_mfmas_is_overlapped():
+    loop = analyse((ISA / "gemm_loop_overlapped.s").read_text()).main_loop
+    assert loop.mfma == 2 and loop.mfma_with_global_in_flight == 2 and loop.overlap == "overlapped"
+    assert loop.to_json()["mfma_per_global_load"] == 1.0
+
+
+def test_scalar_loads_where_16_bytes_were_meant_are_flagged():
+    isa = analyse((ISA / "rows_scalar_loads.s").read_text())
+    assert isa.load_bytes() == {2: 4} and isa.main_loop is None
+    (warning,) = vector_warnings(isa, 16)
+    assert "no 16-byte global loads" in warning and "4 x global_load_ushort" in warning and "[vector_loads]" in warning
+
+
+def test_16_byte_loads_are_not_flagged():
+    isa = analyse((ISA / "rows_vector_loads.s").read_text())
+    assert isa.load_bytes() == {16: 2} and vector_warnings(isa, 16) == []
+    assert vector_warnings(isa, None) == []  # the family does not say: nothing checked
+
+
+def test_mostly_narrow_loads_are_flagged_even_when_some_are_wide():
+    text = (ISA / "rows_scalar_loads.s").read_text().replace(
+        "global_load_ushort v1, v[2:3], off\n", "global_load_dwordx4 v[10:13], v[2:3], off\n")
+    isa = analyse(text)
+    assert isa.load_bytes() == {16: 1, 2: 3}
+    (warning,) = vector_warnings(isa, 16)
+    assert "most global loads (3 of 4) are narrower than 16 B" in warning
+    mem = analyse_ptx("ld.global.nc.v4.u32 {%r1, %r2, %r3, %r4}, [%rd4];\nld.global.nc.u16 %rs1, [%rd4];\n")
+    assert ptx_vector_warnings(mem, 16) == []  # 1 of 2: not most
+
+
+def test_narrow_loads_inside_the_main_loop_are_flagged_even_beside_wide_ones():
+    text = (ISA / "gemm_loop_waits_before_mfma.s").read_text().replace(
+        "global_load_dwordx4 v[22:25], v[10:11], off", "global_load_dword v22, v[10:11], off")
+    (warning,) = vector_warnings(analyse(text), 16)
+    assert "main loop .LBB0_3" in warning and "1 x global_load_dword" in warning
+
+
+def test_real_gfx942_assembly_carries_the_analysis():
+    """The excerpt keeps only 3 v_mfma per kernel (its loads are elided): parse_asm attaches the analysis."""
+    for k in parse_gfx942_asm((DATA / "gfx942_specialized.s").read_text()):
+        j = k.isa.to_json()
+        assert set(j) >= {"global_loads", "global_load_bytes", "lds_reads", "main_loop", "lds_bank_conflicts"}
+        assert k.isa.global_loads == {} and k.isa.main_loop is None, k.symbol
+
+
+@pytest.mark.parametrize("opcode, nbytes", [
+    ("ld.global.nc.v4.u32", 16), ("ld.global.v2.f32", 8), ("ld.global.nc.u16", 2), ("st.global.v4.b32", 16),
+    ("st.global.u32", 4), ("ld.global.nc.L1::no_allocate.v4.b32", 16), ("st.global.b16", 2),
+])
+def test_ptx_access_bytes(opcode, nbytes):
+    assert ptx_access_bytes(opcode) == nbytes
+
+
+def test_ptx_scalar_loads_flagged_vector_and_tma_not():
+    kernels = {k.symbol: k.memory for k in parse_ptx((ISA / "rows_scalar.ptx").read_text())}
+    scalar, vector, tma = kernels["rows_scalar_kernel"], kernels["rows_vector_kernel"], kernels["gemm_tma_kernel"]
+    assert scalar.global_loads == {2: 2} and scalar.global_stores == {2: 1}
+    (warning,) = ptx_vector_warnings(scalar, 16)
+    assert "no 16-byte global loads in the PTX" in warning
+    assert vector.global_loads == {16: 1} and ptx_vector_warnings(vector, 16) == []
+    assert tma.tma == 1 and tma.wgmma == 1 and tma.cp_async == {16: 1} and ptx_vector_warnings(tma, 16) == []
+    assert vector.to_json()["source"] == "ptx"
+
+
+def test_ptx_of_real_kernels_reads_widths():
+    mem = analyse_ptx((DATA / "sm90_specialized.ptx").read_text())
+    assert mem.global_loads or mem.tma or mem.cp_async
+
+
+@pytest.mark.parametrize("target", list(Target))
+def test_committed_static_report_has_the_analysis_for_every_kernel(target):
+    path = ROOT / "reports" / "static" / f"{target.value}.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not written yet")
+    doc = json.loads(path.read_text())
+    for b in doc["builds"]:
+        assert "warnings" in b["summary"], b["uri"]
+        for k in b["kernels"]:
+            isa = k["isa"]
+            assert "global_load_bytes" in isa and "warnings" in isa and "expected_global_load_bytes" in isa, k["symbol"]
+            if b["uri"].startswith("gemm_") and target != Target.SM_90:  # sm_90 GEMMs load through TMA
+                assert "16" in isa["global_load_bytes"], f"{k['symbol']}: a GEMM without dwordx4 loads"
