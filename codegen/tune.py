@@ -246,6 +246,7 @@ class TuneResult:
     spec_name: str
     spec_file: str
     target: Target
+    loaded: LoadedSpec = field(compare=False, repr=False)
     space: tuple[tuple[str, tuple], ...]
     part: Partition
     ranked: tuple[Point, ...] | None  # static rank (AMD), or None
@@ -299,9 +300,9 @@ class TuneResult:
         c = doc["counts"]
         lines = [f"# tune {self.spec_name} on {self.target.value}", "",
                  f"Spec `{self.spec_file}`; selection: **{doc['selection']}**.", "",
-                 f"{c['expanded']} points expanded: {c['rejected']} rejected by rules, {c[SAME_KERNEL]} the same "
-                 f"kernel as an earlier point, {c['pruned']} pruned by their builds, {c['survivors']} survive "
-                 "(the hand configuration besides).", "", "| rule / reason | points |", "|---|---|"]
+                 (f"{c['expanded']} points expanded: {c['rejected']} rejected by rules, {c[SAME_KERNEL]} the same "
+                  f"kernel as an earlier point, {c['pruned']} pruned by their builds, {c['survivors']} survive "
+                  "(the hand configuration besides)."), "", "| rule / reason | points |", "|---|---|"]
         lines += [f"| rule `{k}` | {v} |" for k, v in doc["rejected_by_rule"].items()]
         lines += [f"| pruned: `{k}` | {v} |" for k, v in doc["pruned_by_reason"].items()]
         shown = self.ranked if self.ranked is not None else self.survivors()
@@ -342,6 +343,6 @@ def tune_static(loaded: LoadedSpec, target: Target, root: Path, opts: BuildOptio
     stage("constrain", f"{sum(1 for p in part.points if p.rules)} rejected by rules, {len(part.files)} distinct kernels")
     part, _ = prune(part, root, opts, build=build, on_plan=on_plan, on_result=on_result)
     stage("build", f"{sum(1 for p in part.points if p.pruned)} pruned")
-    return TuneResult(spec_name=spec.name, spec_file=loaded.doc.file, target=target,
+    return TuneResult(spec_name=spec.name, spec_file=loaded.doc.file, target=target, loaded=loaded,
                       space=tuple((k, tuple(v)) for k, v in space_of(spec, target)), part=part,
                       ranked=static_rank(part))
