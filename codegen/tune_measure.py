@@ -7,8 +7,8 @@ stages (codegen.tune).
 2. successive halving (eta = 2) over bench rounds (codegen.gpurun.bench_all: L2 flushed, median, torch eager /
    torch.compile / the vendor baseline in the same run): each round times every remaining candidate at every
    shape; candidates are scored by the geometric mean over shapes of (their median of all rounds so far / the
-   best of that shape); the better half goes on, the hand configuration always; it stops at two candidates or
-   when the budget is spent (after at least one round). Deterministic: no random sampling, no seed.
+   best of that shape); the better half goes on, the hand configuration always; it stops at two candidates, when
+   a round would not be smaller, or when the budget is spent (after at least one round). Deterministic: no random sampling, no seed.
 3. per shape, the finalists ordered by their median time: the winner and the runner-up, beside the hand
    configuration and the baselines, go to the lockfile (codegen.lockfile) of this target and device.
 
@@ -99,7 +99,10 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         if len(alive) <= 2 or time.monotonic() - start > budget_s:
             break
         keep = alive[: math.ceil(len(alive) / 2)]
-        alive = keep + [p for p in alive if p.uri == hand_uri and p not in keep]
+        keep += [p for p in alive if p.uri == hand_uri and p not in keep]
+        if len(keep) >= len(alive):  # the hand configuration kept beside the better half: no smaller round
+            break
+        alive = keep
     env = TARGETS[gpu.run_target].device_environment()
     versions = {"tilelang": find_tilelang().version, "torch": gpu.torch_version, "runtime": gpu.runtime_version,
                 "driver": env.get("driver", "unknown")}

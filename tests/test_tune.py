@@ -293,3 +293,52 @@ def test_budget_parsing():
     assert parse_budget("20m") == 1200 and parse_budget("90s") == 90 and parse_budget("1.5h") == 5400
     with pytest.raises(TilegenError, match="--budget 'soon'"):
         parse_budget("soon")
+
+
+# ---- measured selection, with verify and bench replaced (no GPU here) --------------------------------
+
+def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_path):
+    from codegen import gpurun
+    from codegen.tune import TuneResult
+    from codegen.tune_measure import STRATEGY, measure
+
+    text = edit(SM90, "    - {m: 256, n: 256, k: 256}\n", "    - {m: 256, n: 256, k: 256}\n    - {m: 512, n: 256, k: 256}\n")
+    ls = loaded(text)
+    points = [(("pipeline.stages", s),) for s in (2, 3, 4)] + [(("tiling.block_m", 128), ("pipeline.stages", 3))]
+    part = constrain(ls, Target.SM_90, points)
+    result = TuneResult(spec_name="g", spec_file=FILE, target=Target.SM_90, loaded=ls,
+                        space=(("pipeline.stages", (2, 3, 4)),), part=part, ranked=None)
+    uris = sorted(result.part.files)
+    fastest = next(p.uri for p in part.points if p.values == (("pipeline.stages", 4),))
+    second = next(p.uri for p in part.points if p.values == (("pipeline.stages", 3),))
+    bad = next(p.uri for p in part.points if len(p.values) == 2)  # the fastest of all, but fails verification
+    ms = {fastest: 1.0, second: 1.5, bad: 0.5, part.hand.uri: 2.0}
+    assert set(ms) == set(uris)
+    rounds = []
+
+    def verify_all(files, gpu, **kw):
+        return gpurun.VerifyReport(gpu={}, cases=[
+            {"uri": f.uri, "status": "failed" if f.uri == bad else "verified", "error": "max error 3e-1" if f.uri == bad else ""}
+            for f in files])
+
+    def bench_all(files, gpu, **kw):
+        rounds.append(sorted(f.uri for f in files))
+        rows = [{"uri": f.uri, "shape": s, "status": "ok", "error": "", "kernel": {"median_ms": ms[f.uri] * s[0] / 256},
+                 "baselines": {"torch": {"median_ms": 1.2}}} for f in files for s in f.instance.shapes]
+        return gpurun.BenchReport(gpu={}, copy_gbps=1.0, flush_bytes=1, rows=rows)
+
+    monkeypatch.setattr(gpurun, "verify_all", verify_all)
+    monkeypatch.setattr(gpurun, "bench_all", bench_all)
+    gpu = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90, torch_version="2.8.0", runtime_version="CUDA 12.8")
+    doc, entries = measure(result, gpu, budget_s=600, jobs=1, timeout_s=10)
+    assert [d["uri"] for d in doc["not_selectable"]] == [bad]
+    # three verified candidates: halving keeps the better half (fastest) and the hand configuration, no fewer
+    assert rounds == [sorted([fastest, second, part.hand.uri])]
+    assert [e.shape for e in entries] == [(256, 256, 256), (512, 256, 256)]
+    assert all(e.winner.uri == fastest and e.runner_up.uri == second for e in entries)
+    assert entries[0].winner.tunables == {"pipeline.stages": 4} and entries[0].strategy == STRATEGY
+    assert doc["shapes"][0]["speedup_vs_hand"] == 2.0
+    assert entries[0].hand_hash == hand_hash(ls, Target.SM_90)
+    with pytest.raises(TilegenError, match="sm_90 kernels are measured on a sm_90 GPU"):
+        measure(result, SimpleNamespace(**{**gpu.__dict__, "run_target": Target.GFX942}), budget_s=1, jobs=1,
+                timeout_s=1)
