@@ -305,6 +305,35 @@ def build(
 
 
 @app.command()
+def tune(
+    name: Annotated[str | None, typer.Argument(help="The spec to tune (its `search:` block).", show_default=False)] = None,
+    target: TargetOpt = None,
+    static: Annotated[bool, typer.Option(
+        "--static", help="Only the stages that need no GPU: expand, rules, build and prune, static rank (AMD).")] = False,
+    budget: Annotated[str, typer.Option("--budget", help="Time for the measured rounds (20m, 90s, 1h).")] = "20m",
+    check: Annotated[bool, typer.Option("--check", help="List stale lockfile entries and misses; exit 1 on any.")] = False,
+    jobs: Jobs = None,
+    timeout: Timeout = 300.0,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
+) -> None:
+    """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
+    from codegen.build import BuildOptions
+    from codegen.tunecli import run_check, run_tune
+
+    project = _project()
+    if check:
+        if not _run(lambda: run_check(project, target, out=out, err=err)):
+            raise typer.Exit(1)
+        return
+    if not name:
+        err.print("error: name a spec to tune, or pass --check", markup=False)
+        raise typer.Exit(2)
+    opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
+    _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
+                          out=out, err=err))
+
+
+@app.command()
 def doctor(target: TargetOpt = None) -> None:
     """What `build` needs for each target: present, missing, and the command to get it."""
     from codegen.doctor import doctor as diagnose

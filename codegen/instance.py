@@ -56,6 +56,10 @@ def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = Non
             if tgt not in spec.targets:
                 errors.append(SpecError(ls.locate(("overrides", tgt.value), key=True),
                                         f"overrides.{tgt.value}: {tgt.value} is not in targets", "override_target"))
+        for tgt in getattr(spec, "search", {}):
+            if tgt not in spec.targets:
+                errors.append(SpecError(ls.locate(("search", tgt.value), key=True),
+                                        f"search.{tgt.value}: {tgt.value} is not in targets", "search_target"))
         fam = family_for_op(spec.op)
         for tgt in sorted(set(spec.targets)):
             violations = fam.check(spec, TARGETS[tgt])

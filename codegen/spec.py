@@ -11,7 +11,7 @@ from __future__ import annotations
 import keyword
 import re
 from enum import StrEnum
-from typing import Annotated, TypeVar
+from typing import Annotated, TypeVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from pydantic_core import PydanticCustomError
@@ -106,3 +106,65 @@ def resolve_tuning(spec: BaseModel, tuning: type[Tm], target: Target) -> tuple[T
         values[field_name] = replaced if replaced is not None else getattr(spec, field_name)
         origin[field_name] = ("overrides", target.value, field_name) if replaced is not None else (field_name,)
     return tuning(**values), origin
+
+
+# ---- search spaces (`tilegen tune`) ------------------------------------------------------------------
+# A spec's `search.<target>` block lists values for its family's tunables; `tilegen gen` ignores it (it
+# generates the hand configuration only). The search model is built from the spec model itself, so each
+# value is validated by the same field type as the tunable (`tiling.block_m` by Tiling.block_m).
+
+
+def _distinct(values: list) -> list:
+    if not values:
+        raise PydanticCustomError("empty_search", "an empty list of values: give at least one, or leave the tunable out")
+    for i, v in enumerate(values):
+        if v in values[:i]:
+            raise PydanticCustomError("duplicate_value", f"value {v!r} is listed twice")
+    return values
+
+
+def _values_of(info) -> object:
+    """`list[<the tunable's own type>]`, non-empty and without repeats, optional."""
+    item = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    return Annotated[list[item], AfterValidator(_distinct)] | None
+
+
+def search_model(name: str, source: type[BaseModel], tunables: tuple[str, ...]) -> type[BaseModel]:
+    """The model of one target's search block over `source`'s `tunables` ("unroll", "tiling.block_m"): a
+    field per tunable holding a list of its values, nested tunables under a model of their own
+    (`tiling: {block_m: [64, 128]}`). Unknown keys are refused like any spec key [unknown_key]."""
+    from pydantic import create_model
+
+    groups: dict[str, list[str]] = {}
+    for path in tunables:
+        head, _, leaf = path.partition(".")
+        groups.setdefault(head, [])
+        if leaf:
+            groups[head].append(leaf)
+    fields: dict[str, tuple] = {}
+    for head, leaves in groups.items():
+        info = source.model_fields[head]
+        if not leaves:
+            fields[head] = (_values_of(info), None)
+            continue
+        inner: type[BaseModel] = next(a for a in (info.annotation, *get_args(info.annotation))
+                                      if isinstance(a, type) and issubclass(a, BaseModel))
+        sub = create_model(f"{name}{head.title()}", __base__=Model,
+                           **{leaf: (_values_of(inner.model_fields[leaf]), None) for leaf in leaves})
+        fields[head] = (sub | None, None)
+    return create_model(name, __base__=Model, **fields)
+
+
+def search_values(block: BaseModel) -> list[tuple[str, list]]:
+    """(tunable path, values) of a search block, in the model's field order; tunables left out are absent."""
+    out: list[tuple[str, list]] = []
+    for head in type(block).model_fields:
+        value = getattr(block, head)
+        if value is None:
+            continue
+        if isinstance(value, BaseModel):
+            out.extend((f"{head}.{leaf}", getattr(value, leaf)) for leaf in type(value).model_fields
+                       if getattr(value, leaf) is not None)
+        else:
+            out.append((head, value))
+    return out

@@ -31,6 +31,7 @@ class RowShape(Model):
 
 
 Vector = Literal[1, 2, 4, 8]
+ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail")  # what a row family's `search:` may list
 
 
 class RowSpecBase(Model):

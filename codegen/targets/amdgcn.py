@@ -343,6 +343,14 @@ def summarize(ks: tuple[AmdKernel, ...]) -> dict[str, object]:
     }
 
 
+def static_rank(s: dict[str, object]) -> tuple:
+    """Order of candidates by static figures only (`tilegen tune`, labelled "static rank, not measured"): more
+    waves per SIMD first (latency hiding), then fewer VGPRs (total, AGPRs included), then less LDS, then more
+    MFMA instructions (denser matrix-core code), last the fewest kernels."""
+    return (-int(s["waves_per_simd"]), int(s["total_vgprs"]), int(s["lds_bytes"]), -sum(s["mfma"].values()),
+            int(s["kernels"]))
+
+
 def _bytes(n: int) -> str:
     return f"{n // 1024} KiB" if n and n % 1024 == 0 else f"{n} B"
 
@@ -423,6 +431,8 @@ def target_spec(hw: Hardware, *, find_toolchain: Callable[..., AmdToolchain],
         read_kernels=lambda entry, inst: read_kernels(hw, entry, inst),
         summarize=summarize,
         table_cells=table_cells,
+        lds_summary_key="lds_bytes",
+        static_rank=static_rank,
         info_checks=info_checks,
         doctor_checks=lambda root: doctor_checks(hw, lambda r: find_toolchain(r), root),
         match_device=lambda torch, props: match_device(hw, torch, props),

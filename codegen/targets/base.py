@@ -173,6 +173,10 @@ class TargetSpec:
     read_kernels: Callable[[Path, object], tuple[Kernel, ...]]  # (cache entry, instance) -> kernels
     summarize: Callable[[tuple[Kernel, ...]], dict[str, object]]  # worst case over one build's kernels
     table_cells: Callable[[dict[str, object]], tuple[str, str, str, str, str]]  # regs, LDS, occupancy, spills, MMA
+    # tune: the summary key of a build's LDS / shared memory bytes, and the order of candidates by static
+    # figures alone (`tilegen tune --static`; None: this target's candidates are not ranked statically)
+    lds_summary_key: str
+    static_rank: Callable[[dict[str, object]], tuple] | None
     # doctor
     info_checks: Callable[[], list[Check]]  # reported whatever is asked, never needed
     doctor_checks: Callable[[Path], list[Check]]  # (project root) -> what a build for this target needs

@@ -23,6 +23,7 @@ from codegen.spec import (
     TailPolicy,
     ToleranceScale,
     resolve_tuning,
+    search_model,
 )
 
 ATTENTION_HEAD_DIMS = (64, 128)
@@ -67,6 +68,7 @@ class AttentionSpec(Model):
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
+    search: dict[Target, AttentionSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
     allow_spills: StrictBool = False
     verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
@@ -74,6 +76,11 @@ class AttentionSpec(Model):
     def tuning_for(self, target: Target) -> tuple[AttentionTuning, dict[str, tuple[str, ...]]]:
         """The effective tunables for `target` and, per field, the spec path it came from."""
         return resolve_tuning(self, AttentionTuning, target)
+
+
+ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages")
+AttentionSearch = search_model("AttentionSearch", AttentionSpec, ATTENTION_TUNABLES)
+AttentionSpec.model_rebuild()
 
 
 # `tilegen init` writes this as specs/attention.yaml.

@@ -18,6 +18,7 @@ from codegen.spec import (
     TailPolicy,
     ToleranceScale,
     resolve_tuning,
+    search_model,
 )
 
 
@@ -100,6 +101,7 @@ class GemmSpec(Model):
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
+    search: dict[Target, GemmSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
     allow_spills: StrictBool = False  # a build with register spills fails unless this is true
     # multiplies verify's tolerance (README "Verification"); < 1 tightens, > 1 loosens; reported with results
     verify_tolerance_scale: ToleranceScale = 1.0
@@ -108,6 +110,12 @@ class GemmSpec(Model):
     def tuning_for(self, target: Target) -> tuple[GemmTuning, dict[str, tuple[str, ...]]]:
         """The effective tunables for `target` and, per field, the spec path it came from."""
         return resolve_tuning(self, GemmTuning, target)
+
+
+GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
+                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail")
+GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
+GemmSpec.model_rebuild()
 
 
 # `tilegen new gemm NAME` and `tilegen init` write this, with {name} filled in.

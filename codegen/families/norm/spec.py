@@ -5,8 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from codegen.families.rows import RowSpecBase
-from codegen.spec import PositiveFp32
+from codegen.families.rows import ROW_TUNABLES, RowSpecBase
+from codegen.hardware import Target
+from codegen.spec import PositiveFp32, search_model
 
 
 class NormVariant(StrEnum):
@@ -25,6 +26,7 @@ class NormSpecBase(RowSpecBase):
 
     eps: PositiveFp32  # added to the mean square / variance; no default: models differ
     variant: NormVariant = NormVariant.STREAMED
+    search: dict[Target, NormSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
 
     @property
     def row_in_registers(self) -> bool:
@@ -33,6 +35,10 @@ class NormSpecBase(RowSpecBase):
     @property
     def streaming_variant(self) -> str:
         return NormVariant.STREAMED.value
+
+
+NormSearch = search_model("NormSearch", NormSpecBase, ROW_TUNABLES)
+NormSpecBase.model_rebuild()
 
 
 class RmsNormSpec(NormSpecBase):

@@ -5,7 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from codegen.families.rows import RowSpecBase
+from codegen.families.rows import ROW_TUNABLES, RowSpecBase
+from codegen.hardware import Target
+from codegen.spec import search_model
 
 
 class SoftmaxVariant(StrEnum):
@@ -19,6 +21,7 @@ class SoftmaxVariant(StrEnum):
 class SoftmaxSpec(RowSpecBase):
     op: Literal["softmax"]
     variant: SoftmaxVariant = SoftmaxVariant.TWO_PASS
+    search: dict[Target, SoftmaxSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
 
     @property
     def row_in_registers(self) -> bool:
@@ -27,6 +30,10 @@ class SoftmaxSpec(RowSpecBase):
     @property
     def streaming_variant(self) -> str:
         return SoftmaxVariant.TWO_PASS.value
+
+
+SoftmaxSearch = search_model("SoftmaxSearch", SoftmaxSpec, ROW_TUNABLES)
+SoftmaxSpec.model_rebuild()
 
 
 # `tilegen init` writes this as specs/softmax.yaml.

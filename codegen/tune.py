@@ -1,0 +1,349 @@
+"""`tilegen tune`: enumerate a spec's search space, constrain it by the named rules and by real builds,
+then select -- by static figures (AMD targets: "static rank, not measured") or by measurement on the GPU
+present (verify every candidate, then successive halving of bench rounds under a time budget).
+
+Three separate steps (STYLE.md "Enumerate, constrain, select"):
+  expand      the cartesian product of the spec's `search.<target>` values, applied to the spec's hand
+              configuration for that target with `model_copy(update=...)` -- never through YAML text;
+  constrain   every point through the family's rules (each rejected point counted under each rule it breaks,
+              read from `Violation.rule`), then every legal point built for real through the build cache
+              (pruned: build_failed, spills, lds_exceeded, min_waves_per_simd);
+  select      static rank (`--static`, AMD targets) or measured (codegen.tune_measure).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from codegen.build import BuildOptions, BuildReport, build_files, dump_json
+from codegen.errors import TilegenError
+from codegen.events import OnEvent, ignore
+from codegen.families import family_for_op
+from codegen.files import write_text_atomic
+from codegen.hardware import Target
+from codegen.instance import grid_limit
+from codegen.load import LoadedSpec
+from codegen.render import RenderedFile, render_all
+from codegen.spec import search_values
+from codegen.targets import TARGETS
+
+REPORT_DIR = Path("reports") / "tune"
+STATIC_LABEL = "static rank, not measured"
+SAME_KERNEL = "same_kernel"  # a point whose kernel equals an earlier point's (a tunable the target ignores)
+
+Values = tuple[tuple[str, object], ...]  # (tunable path, value) of one point, in the search block's order
+
+
+def _plain(value: object) -> object:
+    return getattr(value, "value", value)  # enums as their YAML value
+
+
+# ---- expand -----------------------------------------------------------------------------------------
+
+def hand_spec(spec: BaseModel, target: Target) -> BaseModel:
+    """The spec's hand configuration for one target, as a spec of that target alone: its overrides folded
+    into the top-level tunables (the same values `tuning_for` resolves), no search block."""
+    update: dict[str, object] = {"targets": [target], "search": {}}
+    if hasattr(spec, "tuning_for"):
+        tuning, _ = spec.tuning_for(target)
+        update |= {f: getattr(tuning, f) for f in type(tuning).model_fields} | {"overrides": {}}
+    return spec.model_copy(update=update)
+
+
+def apply_point(base: BaseModel, values: Values) -> BaseModel:
+    """`base` with each tunable of `values` replaced; nested tunables ("tiling.block_m") replace a field of
+    the nested model. Every value was validated by the tunable's own field type in the search block."""
+    update: dict[str, object] = {}
+    nested: dict[str, dict[str, object]] = {}
+    for path, value in values:
+        head, _, leaf = path.partition(".")
+        if leaf:
+            nested.setdefault(head, {})[leaf] = value
+        else:
+            update[head] = value
+    for head, sub in nested.items():
+        update[head] = getattr(base, head).model_copy(update=sub)
+    return base.model_copy(update=update)
+
+
+def space_of(spec: BaseModel, target: Target) -> list[tuple[str, list]]:
+    block = getattr(spec, "search", {}).get(target)
+    if block is None:
+        raise TilegenError(f"{spec.name}: no `search.{target.value}` block: nothing to tune for {target.value}")
+    return search_values(block)
+
+
+def expand(spec: BaseModel, target: Target) -> list[Values]:
+    """Every point of the spec's search space for `target`: the cartesian product in the search block's
+    field order, each tunable's values in the order written (deterministic)."""
+    axes = space_of(spec, target)
+    names = [name for name, _ in axes]
+    return [tuple(zip(names, combo)) for combo in itertools.product(*(vals for _, vals in axes))]
+
+
+def hand_values(spec: BaseModel, target: Target) -> Values:
+    """The hand configuration's value of each tunable the search block lists."""
+    base = hand_spec(spec, target)
+    out = []
+    for path, _ in space_of(spec, target):
+        value: object = base
+        for part in path.split("."):
+            value = getattr(value, part)
+        out.append((path, value))
+    return tuple(out)
+
+
+# ---- constrain ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    index: int  # -1: the hand configuration
+    values: Values
+    uri: str | None = None  # the kernel's name, for a point that passed the rules
+    rules: tuple[str, ...] = ()  # rules it breaks (sorted, once each)
+    same_as: str | None = None  # the uri of an earlier point with the same kernel
+    pruned: tuple[str, ...] = ()  # why a build pruned it: build_failed, spills, lds_exceeded, min_waves_per_simd
+    detail: str = ""  # the first build error or rule message
+    summary: dict[str, object] = field(default_factory=dict)  # worst case over its builds' kernels
+    rank: int | None = None
+
+    @property
+    def label(self) -> str:
+        return "hand" if self.index < 0 else str(self.index)
+
+    @property
+    def survived(self) -> bool:
+        return self.uri is not None and not self.rules and self.same_as is None and not self.pruned
+
+    def tunables(self) -> dict[str, object]:
+        return {k: _plain(v) for k, v in self.values}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Partition:
+    """The points of one (spec, target) after the rules: legal ones with their rendered files."""
+
+    spec_name: str
+    target: Target
+    hand: Point
+    points: tuple[Point, ...]
+    files: dict[str, RenderedFile]  # uri -> rendered, legal and distinct points (hand included)
+
+    @property
+    def rejected_by_rule(self) -> dict[str, int]:
+        return dict(sorted(Counter(r for p in self.points for r in p.rules).items()))
+
+
+def constrain(loaded: LoadedSpec, target: Target, points: list[Values]) -> Partition:
+    """Run every rule of the spec's family on each point (the hand configuration first); a point that breaks
+    any is counted under each rule it breaks; a legal point whose kernel equals an earlier one's is marked
+    same_kernel. Nothing is dropped: every point comes back with its fate."""
+    spec = loaded.spec
+    fam = family_for_op(spec.op)
+    tspec = TARGETS[target]
+    base = hand_spec(spec, target)
+    files: dict[str, RenderedFile] = {}
+    out: list[Point] = []
+    for index, values in [(-1, hand_values(spec, target)), *enumerate(points)]:
+        candidate = apply_point(base, values)
+        violations = fam.check(candidate, tspec)
+        inst = fam.instance(candidate, tspec, loaded.doc.file)
+        if not violations:
+            violations = grid_limit(inst)
+        if violations:
+            out.append(Point(index=index, values=values, rules=tuple(sorted({v.rule for v in violations})),
+                             detail=violations[0].message))
+            continue
+        (rendered,) = render_all([inst])
+        if rendered.uri in files:
+            out.append(Point(index=index, values=values, uri=rendered.uri, same_as=rendered.uri))
+            continue
+        files[rendered.uri] = rendered
+        out.append(Point(index=index, values=values, uri=rendered.uri))
+    hand, *rest = out
+    if hand.rules:
+        raise TilegenError(f"{spec.name}: the hand configuration breaks {', '.join(hand.rules)} on {target.value}: "
+                           "`tilegen validate` says where")
+    return Partition(spec_name=spec.name, target=target, hand=hand, points=tuple(rest), files=files)
+
+
+PruneReasons = Callable[[RenderedFile, BuildReport], tuple[tuple[str, ...], str, dict[str, object]]]
+
+
+def prune_reasons(rendered: RenderedFile, report: BuildReport) -> tuple[tuple[str, ...], str, dict[str, object]]:
+    """(reasons, first error, worst-case summary) of one candidate over its builds (every shape): a build
+    that failed without kernels is build_failed; a kernel that spills (unless allow_spills), uses more
+    LDS/shared memory than a workgroup may, or runs fewer waves per SIMD than min_waves_per_simd prunes it.
+    Read from the kernels themselves, never from the build's message."""
+    inst = rendered.instance
+    tspec = TARGETS[inst.target]
+    results = [r for r in report.results if r.uri == rendered.uri]
+    reasons: set[str] = set()
+    detail = ""
+    kernels = []
+    for r in results:
+        if not r.kernels:
+            reasons.add("build_failed")
+            detail = detail or (r.error or "")
+            continue
+        kernels.extend(r.kernels)
+        for k in r.kernels:
+            if k.spills and not inst.allow_spills:
+                reasons.add("spills")
+                detail = detail or k.spill_text()
+            if inst.min_waves_per_simd is not None and k.occupancy_problem(inst.min_waves_per_simd):
+                reasons.add("min_waves_per_simd")
+                detail = detail or k.occupancy_problem(inst.min_waves_per_simd)
+    summary = tspec.summarize(tuple(kernels)) if kernels else {}
+    limit = tspec.hw.lds_bytes_per_workgroup
+    if summary and int(summary[tspec.lds_summary_key]) > limit:
+        reasons.add("lds_exceeded")
+        detail = detail or f"{summary[tspec.lds_summary_key]} B of LDS/shared memory > {limit} B per workgroup"
+    return tuple(sorted(reasons)), detail, summary
+
+
+def prune(part: Partition, root: Path, opts: BuildOptions, *, build: Callable[..., BuildReport] = build_files,
+          on_event: OnEvent = ignore) -> tuple[Partition, BuildReport]:
+    """Build every legal, distinct point (and the hand configuration) for real at every shape, in parallel
+    through the build cache, and mark the points that a build prunes."""
+    files = [part.files[u] for u in sorted(part.files)]
+    report = build(files, root, opts, on_event=on_event)
+    fates = {u: prune_reasons(f, report) for u, f in part.files.items()}
+
+    def judged(p: Point) -> Point:
+        if p.uri is None or p.same_as is not None:
+            return p
+        reasons, detail, summary = fates[p.uri]
+        return Point(index=p.index, values=p.values, uri=p.uri, pruned=reasons, detail=detail, summary=summary)
+
+    return Partition(spec_name=part.spec_name, target=part.target, hand=judged(part.hand),
+                     points=tuple(judged(p) for p in part.points), files=part.files), report
+
+
+# ---- select (static) ----------------------------------------------------------------------------------
+
+def static_rank(part: Partition) -> tuple[Point, ...] | None:
+    """The survivors (hand configuration included when it survives) ordered by the target's static figures,
+    ranked from 1; None where the target has no static order (sm_90: measure on the GPU)."""
+    key = TARGETS[part.target].static_rank
+    if key is None:
+        return None
+    alive = [p for p in (part.hand, *part.points) if p.survived]
+    ordered = sorted(alive, key=lambda p: (key(p.summary), p.uri))
+    return tuple(replace(p, rank=i + 1) for i, p in enumerate(ordered))
+
+
+# ---- the report ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class TuneResult:
+    spec_name: str
+    spec_file: str
+    target: Target
+    loaded: LoadedSpec = field(compare=False, repr=False)
+    space: tuple[tuple[str, tuple], ...]
+    part: Partition
+    ranked: tuple[Point, ...] | None  # static rank (AMD), or None
+    measured: dict[str, object] | None = None  # codegen.tune_measure's document, when measured
+    written: tuple[Path, ...] = ()
+
+    def survivors(self) -> tuple[Point, ...]:
+        return tuple(p for p in (self.part.hand, *self.part.points) if p.survived)
+
+    def pruned_by_reason(self) -> dict[str, int]:
+        return dict(sorted(Counter(r for p in self.part.points for r in p.pruned).items()))
+
+    def document(self) -> dict[str, object]:
+        pts = self.part.points
+
+        def row(p: Point) -> dict[str, object]:
+            d: dict[str, object] = {"point": p.label, "tunables": p.tunables(), "uri": p.uri}
+            if p.rules:
+                d["rules"] = list(p.rules)
+            if p.same_as:
+                d["same_kernel_as"] = p.same_as
+            if p.pruned:
+                d["pruned"] = list(p.pruned)
+            if p.detail:
+                d["detail"] = p.detail
+            if p.summary:
+                d["resources"] = p.summary
+            if p.rank is not None:
+                d["rank"] = p.rank
+            return d
+
+        selection = (STATIC_LABEL if self.ranked is not None else
+                     "measured" if self.measured is not None else "none: no static order for this target; measure on its GPU")
+        return {
+            "spec": self.spec_name, "spec_file": self.spec_file, "target": self.target.value,
+            "space": {k: [_plain(v) for v in vals] for k, vals in self.space},
+            "hand": row(self.part.hand),
+            "counts": {"expanded": len(pts), "rejected": sum(1 for p in pts if p.rules),
+                       SAME_KERNEL: sum(1 for p in pts if p.same_as), "pruned": sum(1 for p in pts if p.pruned),
+                       "survivors": sum(1 for p in pts if p.survived)},
+            "rejected_by_rule": self.part.rejected_by_rule,
+            "pruned_by_reason": self.pruned_by_reason(),
+            "selection": selection,
+            "ranked": [row(p) for p in self.ranked] if self.ranked is not None else None,
+            "points": [row(p) for p in pts],
+            "measured": self.measured,
+        }
+
+    def markdown(self) -> str:
+        doc = self.document()
+        c = doc["counts"]
+        lines = [f"# tune {self.spec_name} on {self.target.value}", "",
+                 f"Spec `{self.spec_file}`; selection: **{doc['selection']}**.", "",
+                 (f"{c['expanded']} points expanded: {c['rejected']} rejected by rules, {c[SAME_KERNEL]} the same "
+                  f"kernel as an earlier point, {c['pruned']} pruned by their builds, {c['survivors']} survive "
+                  "(the hand configuration besides)."), "", "| rule / reason | points |", "|---|---|"]
+        lines += [f"| rule `{k}` | {v} |" for k, v in doc["rejected_by_rule"].items()]
+        lines += [f"| pruned: `{k}` | {v} |" for k, v in doc["pruned_by_reason"].items()]
+        shown = self.ranked if self.ranked is not None else self.survivors()
+        title = STATIC_LABEL if self.ranked is not None else "survivors (not ranked)"
+        lines += ["", f"## {title}", "", "| rank | point | kernel | tunables | resources |", "|---|---|---|---|---|"]
+        for p in shown:
+            cells = TARGETS[self.target].table_cells(p.summary) if p.summary else ("-",) * 5
+            tun = ", ".join(f"{k}={v}" for k, v in p.tunables().items())
+            lines.append(f"| {p.rank or '-'} | {p.label} | `{p.uri}` | {tun} | {' / '.join(cells)} |")
+        if self.measured is not None:
+            lines += ["", "## measured", "", "```json", json.dumps(self.measured, indent=1), "```"]
+        return "\n".join(lines) + "\n"
+
+
+def write_report(root: Path, result: TuneResult) -> tuple[Path, ...]:
+    """reports/tune/<spec>_<target>.{json,md}, written only when the content changed."""
+    stem = root / REPORT_DIR / f"{result.spec_name}_{result.target.value}"
+    written = []
+    for path, text in ((stem.with_suffix(".json"), dump_json(result.document())),
+                       (stem.with_suffix(".md"), result.markdown())):
+        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+            write_text_atomic(path, text)
+            written.append(path)
+    return tuple(written)
+
+
+def tune_static(loaded: LoadedSpec, target: Target, root: Path, opts: BuildOptions, *,
+                build: Callable[..., BuildReport] = build_files, on_stage=None,
+                on_event: OnEvent = ignore) -> TuneResult:
+    """expand -> constrain -> build/prune -> static rank (where the target has one)."""
+    spec = loaded.spec
+    if target not in spec.targets:
+        raise TilegenError(f"{spec.name}: {target.value} is not in its targets")
+    stage = on_stage or (lambda *_: None)
+    points = expand(spec, target)
+    stage("expand", f"{len(points)} points")
+    part = constrain(loaded, target, points)
+    stage("constrain", f"{sum(1 for p in part.points if p.rules)} rejected by rules, {len(part.files)} distinct kernels")
+    part, _ = prune(part, root, opts, build=build, on_event=on_event)
+    stage("build", f"{sum(1 for p in part.points if p.pruned)} pruned")
+    return TuneResult(spec_name=spec.name, spec_file=loaded.doc.file, target=target, loaded=loaded,
+                      space=tuple((k, tuple(v)) for k, v in space_of(spec, target)), part=part,
+                      ranked=static_rank(part))

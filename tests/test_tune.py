@@ -1,0 +1,345 @@
+"""`tilegen tune`: the search block's errors (expect-style), expansion, the partition by named rules, pruning
+from build reports, the static rank, and the lockfile's stale/miss detection. No GPU; one tiny real build."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from spectext import FILE, REPO_ROOT, edit, errors
+
+from codegen.build import BuildOptions, BuildReport, BuildResult
+from codegen.errors import TilegenError
+from codegen.hardware import Target
+from codegen.load import parse_specs
+from codegen.lockfile import (
+    Candidate,
+    LockEntry,
+    LockFile,
+    check_lockfiles,
+    hand_hash,
+    lock_path,
+    read_lockfile,
+    write_lockfile,
+)
+from codegen.tune import STATIC_LABEL, constrain, expand, hand_values, prune, static_rank, tune_static
+from codegen.tune_measure import parse_budget
+
+BASE = """\
+- name: g
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16}
+  layout: nt
+  shapes:
+    - {m: 256, n: 256, k: 256}
+  tiling: {block_m: 64, block_n: 64, block_k: 32, threads: 256}
+  targets: [gfx942, sm_90]
+  search:
+    gfx942:
+      tiling: {block_m: [64, 128], block_k: [32, 256]}
+      pipeline: {stages: [1, 2]}
+"""
+# lds_budget on gfx942 (64 KiB): 64x64x256 fp16 at 2 stages is 128 KiB; 128x64x256 at 1 and 2 stages too.
+CACHE = Path("/work/cache-build")
+
+
+def loaded(text: str = BASE):
+    (ls,) = parse_specs(text, FILE)
+    return ls
+
+
+# ---- the search block ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("block_m: [64, 128]", "blockm: [64]",
+     "specs/x.yaml:11:16: search.gfx942.tiling.blockm: unknown key (did you mean 'block_m'?) [unknown_key]"),
+    ("block_m: [64, 128]", "block_m: []",
+     ("specs/x.yaml:11:25: search.gfx942.tiling.block_m: an empty list of values: give at least one, or leave the "
+     "tunable out [empty_search]")),
+    ("block_m: [64, 128]", "block_m: [64, '128']",
+     "specs/x.yaml:11:30: search.gfx942.tiling.block_m[1]='128': Input should be a valid integer [int_type]"),
+    ("block_m: [64, 128]", "block_m: [64, 0]",
+     "specs/x.yaml:11:30: search.gfx942.tiling.block_m[1]=0: Input should be greater than 0 [greater_than]"),
+    ("stages: [1, 2]", "stages: [1, 5]",
+     "specs/x.yaml:12:30: search.gfx942.pipeline.stages[1]=5: Input should be less than or equal to 4 [less_than_equal]"),
+    ("stages: [1, 2]", "stages: [2, 2]",
+     "specs/x.yaml:12:26: search.gfx942.pipeline.stages: value 2 is listed twice [duplicate_value]"),
+    ("      pipeline: {stages: [1, 2]}\n", "      layout: [nn, nt]\n",
+     "specs/x.yaml:12:7: search.gfx942.layout: unknown key [unknown_key]"),
+    ("    gfx942:\n", "    gfx950:\n", "specs/x.yaml:10:5: search.gfx950: gfx950 is not in targets [search_target]"),
+])
+def test_search_block_errors(old, new, expected):
+    assert errors(edit(BASE, old, new)) == [expected]
+
+
+def test_row_family_search_values_use_the_family_types():
+    text = """\
+- name: s
+  op: softmax
+  dtypes: {input: fp16, out: fp16}
+  shapes: [{rows: 8, cols: 1024}]
+  threads: 128
+  targets: [sm_90]
+  search:
+    sm_90: {vector: [4, 3], variant: [online, fast]}
+"""
+    assert errors(text) == [
+        "specs/x.yaml:8:25: search.sm_90.vector[1]=3: Input should be 1, 2, 4 or 8 [literal_error]",
+        "specs/x.yaml:8:47: search.sm_90.variant[1]='fast': Input should be 'online' or 'two_pass' [enum]",
+    ]
+
+
+def test_gen_ignores_the_search_block():
+    from codegen.instance import build_instances
+    from codegen.render import render_all
+
+    without = BASE[: BASE.index("  search:")]
+    a = render_all(build_instances(parse_specs(BASE, FILE)))
+    b = render_all(build_instances(parse_specs(without, FILE)))
+    assert [(f.uri, f.text) for f in a] == [(f.uri, f.text) for f in b]
+
+
+# ---- expand and constrain --------------------------------------------------------------------------
+
+def test_expansion_is_the_ordered_product():
+    points = expand(loaded().spec, Target.GFX942)
+    assert len(points) == 8
+    assert points[0] == (("tiling.block_m", 64), ("tiling.block_k", 32), ("pipeline.stages", 1))
+    assert points[-1] == (("tiling.block_m", 128), ("tiling.block_k", 256), ("pipeline.stages", 2))
+    assert points == expand(loaded().spec, Target.GFX942)  # deterministic
+    assert hand_values(loaded().spec, Target.GFX942) == (("tiling.block_m", 64), ("tiling.block_k", 32),
+                                                         ("pipeline.stages", 2))
+    with pytest.raises(TilegenError, match=r"no `search.sm_90` block"):
+        expand(loaded().spec, Target.SM_90)
+
+
+def test_overrides_are_the_base_of_the_target_space():
+    text = BASE + "  overrides:\n    gfx942:\n      tiling: {block_m: 128, block_n: 128, block_k: 32, threads: 256}\n"
+    points = expand(loaded(text).spec, Target.GFX942)
+    part = constrain(loaded(text), Target.GFX942, points)
+    assert part.hand.uri.startswith("gemm_fp16_nt_128x128x32_t256_s2_gfx942_")  # the override's tiling
+    assert all(p.uri.split("_")[3].split("x")[1] == "128" for p in part.points if p.uri)  # its block_n kept
+
+
+def test_rule_partition_counts_every_point_under_its_rules():
+    part = constrain(loaded(), Target.GFX942, expand(loaded().spec, Target.GFX942))
+    assert len(part.points) == 8
+    assert part.rejected_by_rule == {"lds_budget": 3}
+    rejected = [p.values for p in part.points if p.rules]
+    assert (("tiling.block_m", 64), ("tiling.block_k", 256), ("pipeline.stages", 2)) in rejected
+    assert all(p.rules == ("lds_budget",) for p in part.points if p.rules)
+    same = [p for p in part.points if p.same_as]
+    assert [p.values for p in same] == [(("tiling.block_m", 64), ("tiling.block_k", 32), ("pipeline.stages", 2))]
+    assert same[0].same_as == part.hand.uri
+    assert len(part.files) == 5  # the hand configuration and four other legal kernels
+    fates = sum(bool(p.rules) + bool(p.same_as) for p in part.points) + len(part.files) - 1
+    assert fates == len(part.points)  # nothing silently dropped
+
+
+# ---- prune and rank --------------------------------------------------------------------------------
+
+class _Kernel:
+    """What the AMD target's summarize and the build rules read of a kernel."""
+
+    symbol = "main_kernel"
+    warnings: tuple[str, ...] = ()  # the static analysis found nothing
+
+    def __init__(self, *, spills: int, waves: int, lds: int):
+        self.spills, self.waves_per_simd, self.lds_bytes = spills, waves, lds
+        self.asm = SimpleNamespace(total_vgprs=64, vgprs=64, agprs=0, sgprs=16, scratch_bytes=0, code_bytes=1000,
+                                   mfma=(("v_mfma_f32_16x16x16_f16", 64),))
+
+    def spill_text(self):
+        return f"{self.spills} VGPR spills"
+
+    def occupancy_problem(self, floor):
+        return f"{self.waves_per_simd} waves per SIMD < {floor}" if self.waves_per_simd < floor else None
+
+
+def _waves(uri: str) -> int:
+    return 2 + len(uri) % 3
+
+
+def _fake_build(spills_uri: str, failed_uri: str, lds: dict[str, int]):
+    def build(files, root, opts, on_event=None):
+        results = []
+        for f in files:
+            k = _Kernel(spills=8 if f.uri == spills_uri else 0, waves=_waves(f.uri), lds=lds.get(f.uri, 8192))
+            base = {"uri": f.uri, "name": f.instance.name, "target": f.instance.target, "shape": f.instance.shapes[0]}
+            if f.uri == failed_uri:
+                results.append(BuildResult(**base, status="failed", error="clang: error: boom"))
+            else:
+                results.append(BuildResult(**base, status="built", kernels=(k,)))
+        return BuildReport(results=tuple(results), toolchains={}, wall_s=0.0, jobs=1)
+
+    return build
+
+
+def test_pruning_reads_the_kernels():
+    part = constrain(loaded(), Target.GFX942, expand(loaded().spec, Target.GFX942))
+    uris = sorted(u for u in part.files if u != part.hand.uri)
+    build = _fake_build(spills_uri=uris[0], failed_uri=uris[1], lds={uris[2]: 70000})
+    pruned, _ = prune(part, Path.cwd(), BuildOptions(), build=build)
+    by_uri = {p.uri: p for p in pruned.points if p.uri and not p.same_as}
+    assert by_uri[uris[0]].pruned == ("spills",)
+    assert by_uri[uris[1]].pruned == ("build_failed",)
+    assert by_uri[uris[1]].detail == "clang: error: boom"
+    assert by_uri[uris[2]].pruned == ("lds_exceeded",)
+    assert not by_uri[uris[3]].pruned
+    ranked = static_rank(pruned)
+    assert [p.uri for p in ranked] == sorted([pruned.hand.uri, uris[3]],
+                                             key=lambda u: (-_waves(u), u))  # more waves first
+    assert [p.rank for p in ranked] == [1, 2]
+
+
+def test_min_waves_per_simd_prunes():
+    text = edit(BASE, "  targets: [gfx942, sm_90]\n", "  targets: [gfx942, sm_90]\n  min_waves_per_simd: 3\n")
+    part = constrain(loaded(text), Target.GFX942, expand(loaded(text).spec, Target.GFX942))
+    build = _fake_build(spills_uri="", failed_uri="", lds={})
+    pruned, _ = prune(part, Path.cwd(), BuildOptions(), build=build)
+    for p in pruned.points:
+        if p.uri and not p.same_as:
+            assert (p.pruned == ("min_waves_per_simd",)) == (_waves(p.uri) < 3)
+
+
+@pytest.mark.skipif(not CACHE.is_dir(), reason="the shared warm build cache is not here")
+def test_static_tune_builds_for_real_and_ranks(tmp_path):
+    result = tune_static(loaded(), Target.GFX942, REPO_ROOT, BuildOptions(cache_dir=CACHE, jobs=2))
+    doc = result.document()
+    assert doc["counts"] == {"expanded": 8, "rejected": 3, "same_kernel": 1, "pruned": 0, "survivors": 4}
+    assert doc["selection"] == STATIC_LABEL
+    assert [r["rank"] for r in doc["ranked"]] == [1, 2, 3, 4, 5]
+    assert all(r["resources"]["spills"] == 0 for r in doc["ranked"])
+    waves = [r["resources"]["waves_per_simd"] for r in doc["ranked"]]
+    assert waves == sorted(waves, reverse=True)
+    assert "time" not in json.dumps(doc)  # no timing is written without measuring
+    assert STATIC_LABEL in result.markdown()
+
+
+# ---- lockfile --------------------------------------------------------------------------------------
+
+SM90 = BASE + "    sm_90:\n      pipeline: {stages: [2, 3]}\n"
+
+
+def _entry(ls, **kw) -> LockEntry:
+    base = {"spec": "g", "hand_hash": hand_hash(ls, Target.SM_90), "shape": (256, 256, 256), "device": "NVIDIA H200",
+                "versions": {"tilelang": "0.1.15", "torch": "2.8.0", "runtime": "CUDA 12.8", "driver": "570.1"},
+                "winner": Candidate(uri="", tunables={"pipeline.stages": 3}, time_ms=0.01),
+                "runner_up": Candidate(uri="x", tunables={"pipeline.stages": 2}, time_ms=0.02), "strategy": "test"}
+    return LockEntry(**(base | kw))
+
+
+def _winner_uri(ls) -> str:
+    from codegen.tune import constrain as c
+
+    part = c(ls, Target.SM_90, [(("pipeline.stages", 3),)])
+    return part.points[0].uri
+
+
+def test_lockfile_round_trip_and_clean_check(tmp_path):
+    ls = loaded(SM90)
+    e = _entry(ls, winner=Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01))
+    path = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
+    assert path == tmp_path / "tuned" / "sm_90" / "NVIDIA_H200.json"
+    assert write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
+    assert not write_lockfile(path, read_lockfile(path))  # same content: not rewritten
+    assert read_lockfile(path).entries == (e,)
+    report = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.15", "torch": "2.8.0"}, [Target.SM_90])
+    assert report.clean and report.entries == 1
+    assert report.not_compared == ("driver", "runtime")
+
+
+def test_lockfile_stale_and_misses(tmp_path):
+    ls = loaded(SM90)
+    good = Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01)
+    entries = (
+        _entry(ls, winner=good),  # versions differ below: stale
+        _entry(ls, winner=good, hand_hash="0" * 64),  # another hand configuration
+        _entry(ls, winner=good, shape=(512, 512, 512)),  # shape gone
+        _entry(ls, winner=replace(good, uri="gemm_old_name")),  # template changed the winner's kernel
+        _entry(ls, spec="gone", winner=good),
+    )
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=entries))
+    report = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.16", "torch": "2.8.0"})
+    lines = sorted(f.line() for f in report.stale)
+    assert lines == sorted([
+        "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: versions changed: tilelang 0.1.15 -> 0.1.16",
+        "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the spec's hand configuration or its template changed",
+        "tuned/sm_90/NVIDIA_H200.json: g 512x512x512: stale: the shape is no longer in the spec",
+        (f"tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the winner's kernel is now {good.uri}, not "
+        "gemm_old_name (template or instance changed)"),
+        "tuned/sm_90/NVIDIA_H200.json: gone 256x256x256: stale: no spec named gone for sm_90",
+    ])
+    # the sm_90 entry for (g, 256^3) exists, so no sm_90 miss; gfx942 has a search block and no lockfile
+    assert [f.line() for f in report.misses] == ["tuned/gfx942: g 256x256x256: miss: no lockfile for this target"]
+    assert not report.clean
+
+
+def test_lockfile_refuses_another_device_and_a_bad_file(tmp_path):
+    ls = loaded(SM90)
+    lock = LockFile(target=Target.SM_90, device="NVIDIA H100")
+    with pytest.raises(TilegenError, match="measured on NVIDIA H200 cannot go into NVIDIA H100's lockfile"):
+        lock.merged([_entry(ls)])
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": 9}')
+    with pytest.raises(TilegenError, match="not a tilegen lockfile: ValueError: format 9"):
+        read_lockfile(bad)
+
+
+def test_budget_parsing():
+    assert parse_budget("20m") == 1200 and parse_budget("90s") == 90 and parse_budget("1.5h") == 5400
+    with pytest.raises(TilegenError, match="--budget 'soon'"):
+        parse_budget("soon")
+
+
+# ---- measured selection, with verify and bench replaced (no GPU here) --------------------------------
+
+def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_path):
+    from codegen import gpurun
+    from codegen.tune import TuneResult
+    from codegen.tune_measure import STRATEGY, measure
+
+    text = edit(SM90, "    - {m: 256, n: 256, k: 256}\n", "    - {m: 256, n: 256, k: 256}\n    - {m: 512, n: 256, k: 256}\n")
+    ls = loaded(text)
+    points = [(("pipeline.stages", s),) for s in (2, 3, 4)] + [(("tiling.block_m", 128), ("pipeline.stages", 3))]
+    part = constrain(ls, Target.SM_90, points)
+    result = TuneResult(spec_name="g", spec_file=FILE, target=Target.SM_90, loaded=ls,
+                        space=(("pipeline.stages", (2, 3, 4)),), part=part, ranked=None)
+    uris = sorted(result.part.files)
+    fastest = next(p.uri for p in part.points if p.values == (("pipeline.stages", 4),))
+    second = next(p.uri for p in part.points if p.values == (("pipeline.stages", 3),))
+    bad = next(p.uri for p in part.points if len(p.values) == 2)  # the fastest of all, but fails verification
+    ms = {fastest: 1.0, second: 1.5, bad: 0.5, part.hand.uri: 2.0}
+    assert set(ms) == set(uris)
+    rounds = []
+
+    def verify_all(files, gpu, **kw):
+        return gpurun.VerifyReport(gpu={}, cases=[
+            {"uri": f.uri, "status": "failed" if f.uri == bad else "verified", "error": "max error 3e-1" if f.uri == bad else ""}
+            for f in files])
+
+    def bench_all(files, gpu, **kw):
+        rounds.append(sorted(f.uri for f in files))
+        rows = [{"uri": f.uri, "shape": s, "status": "ok", "error": "", "kernel": {"median_ms": ms[f.uri] * s[0] / 256},
+                 "baselines": {"torch": {"median_ms": 1.2}}} for f in files for s in f.instance.shapes]
+        return gpurun.BenchReport(gpu={}, copy_gbps=1.0, flush_bytes=1, rows=rows)
+
+    monkeypatch.setattr(gpurun, "verify_all", verify_all)
+    monkeypatch.setattr(gpurun, "bench_all", bench_all)
+    gpu = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90, torch_version="2.8.0", runtime_version="CUDA 12.8")
+    doc, entries = measure(result, gpu, budget_s=600, jobs=1, timeout_s=10)
+    assert [d["uri"] for d in doc["not_selectable"]] == [bad]
+    # three verified candidates: halving keeps the better half (fastest) and the hand configuration, no fewer
+    assert rounds == [sorted([fastest, second, part.hand.uri])]
+    assert [e.shape for e in entries] == [(256, 256, 256), (512, 256, 256)]
+    assert all(e.winner.uri == fastest and e.runner_up.uri == second for e in entries)
+    assert entries[0].winner.tunables == {"pipeline.stages": 4} and entries[0].strategy == STRATEGY
+    assert doc["shapes"][0]["speedup_vs_hand"] == 2.0
+    assert entries[0].hand_hash == hand_hash(ls, Target.SM_90)
+    with pytest.raises(TilegenError, match="sm_90 kernels are measured on a sm_90 GPU"):
+        measure(result, SimpleNamespace(**{**gpu.__dict__, "run_target": Target.GFX942}), budget_s=1, jobs=1,
+                timeout_s=1)
