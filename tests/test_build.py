@@ -30,9 +30,10 @@ from codegen.errors import TilegenError
 from codegen.events import Event
 from codegen.hardware import Target
 from codegen.pipeline import Project
-from codegen.targets import gfx942
+from codegen.targets import amdgcn, gfx942
+from codegen.targets.amdgcn import AmdKernel, parse_asm
 from codegen.targets.base import Launch
-from codegen.targets.gfx942 import FETCH_GFX942, Gfx942Kernel, find_gfx942, gfx942_waves_per_simd, parse_gfx942_asm
+from codegen.targets.gfx942 import FETCH_GFX942, find_gfx942
 from codegen.targets.sm90 import find_cuda, parse_ptx, parse_ptxas, sm90_occupancy
 from codegen.toolchain import ToolchainMissing
 
@@ -66,7 +67,7 @@ needs_nvcc = pytest.mark.skipif(NVCC_MISSING is not None, reason=f"no nvcc: {NVC
 # ---- parsing real compiler output ---------------------------------------------------------------
 
 def test_gfx942_report_of_a_specialized_tail_has_three_kernels():
-    k0, k1, k2 = parse_gfx942_asm((DATA / "gfx942_specialized.s").read_text())
+    k0, k1, k2 = parse_asm((DATA / "gfx942_specialized.s").read_text())
     base = "gemm_fp16_ragged_spec_gfx942_6d2bff23_kernel"
     assert [k0.symbol, k1.symbol, k2.symbol] == [base, f"{base}_1", f"{base}_2"]
     # (symbol, NumVgprs, NumAgprs, TotalNumVgprs, NumSgprs, Occupancy, codeLenInByte)
@@ -83,7 +84,7 @@ def test_gfx942_report_of_a_specialized_tail_has_three_kernels():
 
 
 def test_gfx942_report_of_a_spilling_kernel():
-    (k,) = parse_gfx942_asm((DATA / "gfx942_spill.s").read_text())
+    (k,) = parse_asm((DATA / "gfx942_spill.s").read_text())
     assert k.symbol == "gemm_fp16_nt_gfx942_a74b01fd_kernel"
     assert (k.vgprs, k.agprs, k.total_vgprs, k.sgprs) == (64, 0, 64, 25)
     assert (k.vgpr_spills, k.sgpr_spills, k.scratch_bytes) == (231, 0, 348)
@@ -93,7 +94,7 @@ def test_gfx942_report_of_a_spilling_kernel():
 
 def test_gfx942_report_rejects_what_is_not_clang_assembly():
     with pytest.raises(TilegenError, match="no .amdgpu_metadata block"):
-        parse_gfx942_asm("v_mfma_f32_16x16x16_f16 a[0:3], v[0:1], v[2:3], a[0:3]\n")
+        parse_asm("v_mfma_f32_16x16x16_f16 a[0:3], v[0:1], v[2:3], a[0:3]\n")
 
 
 def test_ptxas_report():
@@ -147,7 +148,7 @@ def test_ptx_report_counts_wgmma_and_tma_per_entry():
     (8, 256, 65 * 1024, (0, 0)),  # does not fit at all
 ])
 def test_waves_per_simd(regs, threads, lds, expected):
-    assert gfx942_waves_per_simd(occupancy_regs=regs, threads=threads, lds_bytes=lds) == expected
+    assert amdgcn.waves_per_simd(gfx942.HW, occupancy_regs=regs, threads=threads, lds_bytes=lds) == expected
 
 
 # ---- build rules: spills and the occupancy floor -------------------------------------------------
@@ -156,10 +157,10 @@ def _gfx942_instance(name: str):
     return next(i for i in PROJECT.instances(targets=[Target.GFX942]) if i.name == name)
 
 
-def _spilled_kernel(lds: int = 65536) -> Gfx942Kernel:
-    (asm,) = parse_gfx942_asm((DATA / "gfx942_spill.s").read_text())
-    waves, by_lds = gfx942_waves_per_simd(occupancy_regs=asm.occupancy_regs, threads=256, lds_bytes=lds)
-    return Gfx942Kernel(asm=asm, launch=Launch(threads=256, grid=(32, 32, 1), dynamic_lds_bytes=lds, source="tilelang"),
+def _spilled_kernel(lds: int = 65536) -> AmdKernel:
+    (asm,) = parse_asm((DATA / "gfx942_spill.s").read_text())
+    waves, by_lds = amdgcn.waves_per_simd(gfx942.HW, occupancy_regs=asm.occupancy_regs, threads=256, lds_bytes=lds)
+    return AmdKernel(asm=asm, launch=Launch(threads=256, grid=(32, 32, 1), dynamic_lds_bytes=lds, source="tilelang"),
                         waves_per_simd=waves, waves_per_simd_lds=by_lds)
 
 

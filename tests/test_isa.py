@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from codegen.hardware import Target
+from codegen.targets.amdgcn import parse_asm
 from codegen.targets.amdgcn_isa import BANK_CONFLICTS_NOT_ESTIMATED, access_bytes, analyse, vector_warnings
-from codegen.targets.gfx942 import parse_gfx942_asm
 from codegen.targets.ptx_memory import analyse_ptx, ptx_access_bytes, ptx_vector_warnings
 from codegen.targets.sm90 import parse_ptx
 
@@ -82,7 +82,7 @@ def test_narrow_loads_inside_the_main_loop_are_flagged_even_beside_wide_ones():
 
 def test_real_gfx942_assembly_carries_the_analysis():
     """The excerpt keeps only 3 v_mfma per kernel (its loads are elided): parse_asm attaches the analysis."""
-    for k in parse_gfx942_asm((DATA / "gfx942_specialized.s").read_text()):
+    for k in parse_asm((DATA / "gfx942_specialized.s").read_text()):
         j = k.isa.to_json()
         assert set(j) >= {"global_loads", "global_load_bytes", "lds_reads", "main_loop", "lds_bank_conflicts"}
         assert k.isa.global_loads == {} and k.isa.main_loop is None, k.symbol

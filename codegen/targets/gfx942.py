@@ -59,18 +59,6 @@ HW = Hardware(
 GFX942_ARCH = HW.tilelang_target["mcpu"]
 FETCH_GFX942 = amdgcn.FETCH_AMD
 
-# the shared AMD pieces under this target's names (tests and benchmarks use them)
-Gfx942Toolchain = AmdToolchain
-Gfx942Asm = amdgcn.AmdAsm
-Gfx942Kernel = amdgcn.AmdKernel
-parse_gfx942_asm = amdgcn.parse_asm
-
-
-def gfx942_waves_per_simd(*, occupancy_regs: int, threads: int, lds_bytes: int, wave_lanes: int = 64) -> tuple[int, int]:
-    return amdgcn.waves_per_simd(HW, occupancy_regs=occupancy_regs, threads=threads, lds_bytes=lds_bytes,
-                                 wave_lanes=wave_lanes)
-
-
 def find_gfx942(root: Path, *, env_json: Path | None = None, rocm: Path = ROCM_ROOT) -> AmdToolchain:
     return amdgcn.find_amd(root, GFX942_ARCH, env_json=env_json, rocm=rocm)
 
