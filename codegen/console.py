@@ -54,7 +54,7 @@ def rich_table(title: str, columns: Sequence[Column], rows: Iterable[object], *,
     return table
 
 
-def _wide(console: Console) -> Console:
+def full_width(console: Console) -> Console:
     """Tables at full width in logs: a console that is not a terminal would wrap them at 80 columns."""
     return console if console.is_terminal else Console(file=console.file, width=TABLE_WIDTH, highlight=False)
 
@@ -124,7 +124,7 @@ class UI:
             sys.stdout.write(dump_json(report.documents(volatile=True)))
         else:
             title = f"{len(report.results)} build(s), {report.jobs} job(s), {report.wall_s:.1f} s"
-            _wide(self.out).print(rich_table(title, BUILD_COLUMNS, report.sorted_results()))
+            full_width(self.out).print(rich_table(title, BUILD_COLUMNS, report.sorted_results()))
         for r in report.results:  # the static analysis' findings ([vector_loads]): warnings, never failures
             for w in r.summary().get("warnings", []):
                 self.err.print(f"warning: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {w}", markup=False)
@@ -142,7 +142,7 @@ class UI:
         self.stop_progress()
         if as_json:
             sys.stdout.write(json.dumps({"gpu": report.gpu, "cases": report.cases}, indent=1, sort_keys=True) + "\n")
-        _wide(self.err).print(rich_table(f"verify on {report.gpu['name']}", VERIFY_SUMMARY_COLUMNS, report.tally()))
+        full_width(self.err).print(rich_table(f"verify on {report.gpu['name']}", VERIFY_SUMMARY_COLUMNS, report.tally()))
         self._written(report.written)
         return 0 if report.ok else 1
 
@@ -152,7 +152,7 @@ class UI:
             sys.stdout.write(json.dumps({"gpu": report.gpu, "copy_gbps": report.copy_gbps, "rows": report.rows},
                                         indent=1, sort_keys=True) + "\n")
         title = f"bench on {report.gpu['name']} (copy {report.copy_gbps:.0f} GB/s)"
-        _wide(self.err).print(rich_table(title, BENCH_COLUMNS, bench_rows(report)))
+        full_width(self.err).print(rich_table(title, BENCH_COLUMNS, bench_rows(report)))
         self._written(report.written)
         return 0 if report.ok else 1
 
@@ -169,7 +169,7 @@ class UI:
     def show_main_job(self, report: MainJobReport) -> int:
         """The steps table (each step's own report was shown as it ended: `show` is run_main_job's on_report)."""
         self.stop_progress()
-        _wide(self.out).print(rich_table("tilegen run", STEP_COLUMNS, report.steps))
+        full_width(self.out).print(rich_table("tilegen run", STEP_COLUMNS, report.steps))
         return 0 if report.ok else 1
 
     def show_list(self, files: list[RenderedFile], *, as_json: bool = False) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from codegen.build import BuildOptions, BuildReport, build_files, dump_json
+from codegen.columns import Column, markdown_table
 from codegen.errors import TilegenError
 from codegen.events import OnEvent, ignore
 from codegen.families import family_for_op
@@ -242,6 +243,25 @@ def static_rank(part: Partition) -> tuple[Point, ...] | None:
 
 # ---- the report ---------------------------------------------------------------------------------------
 
+RESOURCE_HEADERS = ("regs", "LDS", "occupancy", "spills", "MMA")  # the cells of a target's table_cells
+
+
+def survivor_columns(target: Target) -> tuple[Column, ...]:
+    """The survivors table (ranked or not) of one target: the terminal table (tilegen tune) and the
+    report's Markdown are drawn from these."""
+    def resource(i: int) -> Column:
+        return Column(header=RESOURCE_HEADERS[i],
+                      value=lambda p: TARGETS[target].table_cells(p.summary)[i] if p.summary else "-")
+
+    return (
+        Column(header="rank", value=lambda p: p.rank or "-"),
+        Column(header="point", value=lambda p: p.label),
+        Column(header="kernel", value=lambda p: p.uri or "-"),
+        Column(header="tunables", value=lambda p: ", ".join(f"{k}={v}" for k, v in p.tunables().items())),
+        *(resource(i) for i in range(len(RESOURCE_HEADERS))),
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class TuneResult:
     spec_name: str
@@ -256,6 +276,12 @@ class TuneResult:
 
     def survivors(self) -> tuple[Point, ...]:
         return tuple(p for p in (self.part.hand, *self.part.points) if p.survived)
+
+    def shown(self) -> tuple[str, tuple[Point, ...]]:
+        """The title and rows of the survivors table: ranked on a target with a static order, else unranked."""
+        if self.ranked is not None:
+            return STATIC_LABEL, self.ranked
+        return "survivors (not ranked: measure on the GPU)", self.survivors()
 
     def pruned_by_reason(self) -> dict[str, int]:
         return dict(sorted(Counter(r for p in self.part.points for r in p.pruned).items()))
@@ -306,13 +332,8 @@ class TuneResult:
                   "(the hand configuration besides)."), "", "| rule / reason | points |", "|---|---|"]
         lines += [f"| rule `{k}` | {v} |" for k, v in doc["rejected_by_rule"].items()]
         lines += [f"| pruned: `{k}` | {v} |" for k, v in doc["pruned_by_reason"].items()]
-        shown = self.ranked if self.ranked is not None else self.survivors()
-        title = STATIC_LABEL if self.ranked is not None else "survivors (not ranked)"
-        lines += ["", f"## {title}", "", "| rank | point | kernel | tunables | resources |", "|---|---|---|---|---|"]
-        for p in shown:
-            cells = TARGETS[self.target].table_cells(p.summary) if p.summary else ("-",) * 5
-            tun = ", ".join(f"{k}={v}" for k, v in p.tunables().items())
-            lines.append(f"| {p.rank or '-'} | {p.label} | `{p.uri}` | {tun} | {' / '.join(cells)} |")
+        title, shown = self.shown()
+        lines += ["", f"## {title}", "", *markdown_table(survivor_columns(self.target), shown)]
         if self.measured is not None:
             lines += ["", "## measured", "", "```json", json.dumps(self.measured, indent=1), "```"]
         return "\n".join(lines) + "\n"

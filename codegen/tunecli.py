@@ -6,37 +6,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rich.console import Console
-from rich.table import Table
 
 from codegen.build import BuildOptions
-from codegen.console import UI
+from codegen.console import UI, full_width, rich_table
 from codegen.errors import TilegenError
 from codegen.hardware import Target
 from codegen.instance import build_instances
 from codegen.load import LoadedSpec, load_spec_files
 from codegen.lockfile import LockFile, check_lockfiles, local_versions, lock_path, read_lockfile, write_lockfile
 from codegen.pipeline import Project
-from codegen.targets import TARGETS
-from codegen.tune import STATIC_LABEL, TuneResult, tune_static, write_report
+from codegen.tune import TuneResult, survivor_columns, tune_static, write_report
 
 
 def _loaded(project: Project) -> list[LoadedSpec]:
     loaded = load_spec_files(project.spec_paths(None), project.root)
     build_instances(loaded)  # every rule on the hand configurations: a tuned spec set is a valid one
     return loaded
-
-
-def _table(result: TuneResult) -> Table:
-    shown = result.ranked if result.ranked is not None else result.survivors()
-    title = STATIC_LABEL if result.ranked is not None else "survivors (not ranked: measure on the GPU)"
-    table = Table(title=f"{result.spec_name} on {result.target.value}: {title}")
-    for col in ("rank", "point", "kernel", "tunables", "regs", "LDS", "occupancy", "spills", "MMA"):
-        table.add_column(col)
-    for p in shown:
-        cells = TARGETS[result.target].table_cells(p.summary) if p.summary else ("-",) * 5
-        table.add_row(str(p.rank or "-"), p.label, p.uri or "-",
-                      ", ".join(f"{k}={v}" for k, v in p.tunables().items()), *cells)
-    return table
 
 
 def run_tune(project: Project, name: str, targets: list[Target] | None, *, static: bool, budget: str,
@@ -86,8 +71,9 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
                 err.print(f"  {'x'.join(map(str, s['shape']))}: winner {s['winner']['uri']} {s['winner']['time_ms']:.4f} ms"
                           f" (hand {s['hand_ms']}, x{s['speedup_vs_hand']})", markup=False)
         written = write_report(project.root, result)
-        wide = out if out.is_terminal else Console(file=out.file, width=200, highlight=False)
-        wide.print(_table(result))
+        title, shown = result.shown()
+        full_width(out).print(rich_table(f"{result.spec_name} on {result.target.value}: {title}",
+                                   survivor_columns(result.target), shown))
         doc = result.document()
         err.print(f"  {doc['counts']} rejected by rule {doc['rejected_by_rule']} pruned {doc['pruned_by_reason']}",
                   markup=False)
