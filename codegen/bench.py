@@ -79,8 +79,10 @@ class BenchRow:
     speedup: dict[str, float] = field(default_factory=dict)
 
 
-def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps: float) -> BenchRow:
-    """Time one kernel at one shape beside the baselines; runs inside a worker process."""
+def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps: float,
+               baselines_for: frozenset[str] | None = None) -> BenchRow:
+    """Time one kernel at one shape beside the baselines (all kernels, or only those in `baselines_for`:
+    the tuner times torch once per shape, beside the hand configuration); runs inside a worker process."""
     import torch
 
     from codegen.gpu import compile_kernel
@@ -96,7 +98,8 @@ def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps
                    dtypes=inst.dtype_label(), status="ok",
                    flops=fam.flops(inst, shape), bytes=fam.bytes(inst, shape))
     row.kernel = Timing.of(time_ms(lambda: fam.launch(kernel, case, c), flush))
-    for name, fn in fam.baselines(inst, case, out_dtype).items():
+    baselines = fam.baselines(inst, case, out_dtype) if baselines_for is None or rendered.uri in baselines_for else {}
+    for name, fn in baselines.items():
         try:
             row.baselines[name] = Timing.of(time_ms(fn, flush))
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run is reported, the kernel's numbers stand

@@ -227,13 +227,16 @@ def new_gemm(
 
 Jobs = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel compile processes (default: all cores).")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one kernel case may take before its worker is killed.")]
+Gpus = Annotated[int | None, typer.Option(
+    "--gpus", min=1, help="Spread the cases over this many GPUs of the model present, one worker each (default: all).",
+    show_default=False)]
 ReportDir = Annotated[Path | None, typer.Option(
     "--out", help="Reports go to OUT/<device>/ (default: <project>/reports).", show_default=False)]
 
 
 @app.command()
 def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
-           jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = None) -> None:
+           jobs: Jobs = None, timeout: Timeout = 300.0, gpus: Gpus = None, out_dir: ReportDir = None) -> None:
     """Run kernels on the GPU present and compare with torch (fp32 reference, negative controls)."""
     from codegen.gpucli import run_verify
 
@@ -241,14 +244,14 @@ def verify(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = Non
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
     with _ui() as ui:
-        report = _run(lambda: run_verify(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout,
+        report = _run(lambda: run_verify(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, gpus=gpus,
                                          on_event=ui.event))
         raise typer.Exit(ui.show_verify(report, as_json=as_json))
 
 
 @app.command()
 def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None, as_json: JsonOpt = False,
-          jobs: Jobs = None, timeout: Timeout = 300.0, out_dir: ReportDir = None) -> None:
+          jobs: Jobs = None, timeout: Timeout = 300.0, gpus: Gpus = None, out_dir: ReportDir = None) -> None:
     """Time kernels on the GPU present beside torch eager and torch.compile (same run, L2 flushed)."""
     from codegen.gpucli import run_bench
 
@@ -256,7 +259,7 @@ def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
     with _ui() as ui:
-        report = _run(lambda: run_bench(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout,
+        report = _run(lambda: run_bench(files, out_dir=out_dir or project.reports_dir, jobs=jobs, timeout_s=timeout, gpus=gpus,
                                         on_event=ui.event))
         raise typer.Exit(ui.show_bench(report, as_json=as_json))
 
@@ -314,6 +317,7 @@ def tune(
     check: Annotated[bool, typer.Option("--check", help="List stale lockfile entries and misses; exit 1 on any.")] = False,
     jobs: Jobs = None,
     timeout: Timeout = 300.0,
+    gpus: Gpus = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
 ) -> None:
     """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
@@ -330,7 +334,7 @@ def tune(
         raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
-                          out=out, err=err))
+                          gpus=gpus, out=out, err=err))
 
 
 @app.command()
@@ -343,13 +347,13 @@ def doctor(target: TargetOpt = None) -> None:
 
 
 @app.command("run")
-def run_(jobs: Jobs = None, out_dir: ReportDir = None) -> None:
+def run_(jobs: Jobs = None, gpus: Gpus = None, out_dir: ReportDir = None) -> None:
     """The main job on the bundled specs: validate, gen, build, verify, bench, report (skips what cannot run here)."""
     from codegen.mainjob import run_main_job
 
     project = _project()
     with _ui() as ui:
-        report = _run(lambda: run_main_job(project, jobs=jobs, report_dir=out_dir or project.reports_dir,
+        report = _run(lambda: run_main_job(project, jobs=jobs, gpus=gpus, report_dir=out_dir or project.reports_dir,
                                            on_event=ui.event, on_report=ui.show))
         raise typer.Exit(ui.show_main_job(report))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from codegen.hardware import DType, Target
 from codegen.render import RenderedFile
@@ -38,6 +38,18 @@ class GpuInfo:
     l2_bytes: int
     torch_version: str
     runtime_version: str  # CUDA or HIP version of torch
+    # the GPUs of this model that verify/bench/tune spread their cases over, one worker process each, as
+    # `visible_devices_env` names them (a parent already pinned to "2,3" gives ("2", "3"))
+    devices: tuple[str, ...] = ("0",)
+    visible_devices_env: str = "CUDA_VISIBLE_DEVICES"
+
+    def using(self, count: int | None) -> GpuInfo:
+        """This GPU with its cases spread over the first `count` devices only (None: all of them)."""
+        if count is None:
+            return self
+        if not 1 <= count <= len(self.devices):
+            raise ValueError(f"--gpus {count}: this machine has {len(self.devices)} {self.name}")
+        return replace(self, devices=self.devices[:count])
 
 
 class NoGpu(Exception):
@@ -59,11 +71,24 @@ def detect_gpu() -> GpuInfo:
         match = spec.match_device(torch, props)
         if isinstance(match, DeviceMatch):
             return GpuInfo(name=props.name, vendor=match.vendor, run_target=spec.target, l2_bytes=props.L2_cache_size,
-                           torch_version=torch.__version__, runtime_version=match.runtime_version)
+                           torch_version=torch.__version__, runtime_version=match.runtime_version,
+                           devices=same_model_devices(torch, props.name, os.environ.get(match.visible_devices_env)),
+                           visible_devices_env=match.visible_devices_env)
         if match is not None:
             reasons.append(match)
     raise NoGpu(reasons[0] if reasons else f"{props.name} is not a device of any target "
                                            f"({', '.join(t.value for t in TARGETS)})")
+
+
+def same_model_devices(torch, name: str, visible: str | None) -> tuple[str, ...]:
+    """The ids (as the visible-devices variable names them) of the GPUs torch sees that are `name`: torch's
+    device i is the i-th entry of an inherited CUDA_/HIP_VISIBLE_DEVICES, or GPU i where it is unset."""
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else None
+    out = []
+    for i in range(torch.cuda.device_count()):
+        if torch.cuda.get_device_properties(i).name == name:
+            out.append(ids[i] if ids and i < len(ids) else str(i))
+    return tuple(out) or ("0",)
 
 
 def run_label(inst_target: Target, run_target: Target) -> str:
@@ -150,8 +175,9 @@ def _is_context_fatal(exc: BaseException) -> bool:
                                    "launch failure"))
 
 
-def _worker_main(conn, log_level: int) -> None:
+def _worker_main(conn, log_level: int, env: dict[str, str] | None = None) -> None:
     worker_signals()
+    os.environ.update(env or {})  # before anything in this process starts the GPU runtime
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     set_tilelang_log_level(log_level)  # applied when compile_kernel imports tilelang
     conn.send(("ready",))
@@ -177,8 +203,9 @@ class ContainedRunner:
 
     STARTUP_TIMEOUT_S = 300.0  # a spawned worker re-imports torch/tilelang: slow on a busy machine
 
-    def __init__(self, timeout_s: float):
+    def __init__(self, timeout_s: float, env: dict[str, str] | None = None):
         self.timeout_s = timeout_s  # per call, counted from when the worker is ready
+        self.env = dict(env or {})  # set in the worker first thing (the GPU it is pinned to)
         self._proc = None
         self._conn = None
 
@@ -188,7 +215,7 @@ class ContainedRunner:
         def started(proc) -> None:
             self._proc, self._conn = proc, parent
 
-        start_process(_worker_main, (child, tilelang_log_level()), daemon=True, started=started)
+        start_process(_worker_main, (child, tilelang_log_level(), self.env), daemon=True, started=started)
         child.close()
         if not parent.poll(self.STARTUP_TIMEOUT_S) or parent.recv() != ("ready",):
             self._stop(kill=True)
@@ -231,6 +258,11 @@ class ContainedRunner:
         if fatal:
             self._stop(kill=True)
         return False, line, log
+
+    @property
+    def process(self):
+        """The worker process now running, if any."""
+        return self._proc
 
     def close(self) -> None:
         self._stop(kill=False)

@@ -4,6 +4,7 @@ contained worker, collect results that are valid JSON even when cases fail."""
 from __future__ import annotations
 
 import os
+import threading
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
@@ -13,6 +14,7 @@ from codegen.families import derived_shapes
 from codegen.gpu import ContainedRunner, GpuInfo, precompile, unsupported_on
 from codegen.render import RenderedFile
 from codegen.verify import CaseResult, verify_case
+from codegen.workers import end_processes
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -54,19 +56,85 @@ def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, tim
     on_event(Event(stage="compile", kind="start", done=0, total=total, label="compile"))
     compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1, progress=tick)
     on_event(Event(stage=label, kind="start", done=0, total=total, label=label))
-    with ContainedRunner(timeout_s) as runner:
+    envs = [{gpu.visible_devices_env: d} for d in gpu.devices]
+    runs = (_serial_runs if len(envs) == 1 else _parallel_runs)(work, gpu, envs, compile_errors, fn=fn,
+                                                                 timeout_s=timeout_s, setup=setup)
+    for n, (f, shape, value, error) in enumerate(runs, 1):
+        yield f, shape, value, error
+        on_event(Event(stage=label, kind="advance", done=n, total=total,
+                       label=f"{f.uri} {'x'.join(map(str, shape))}", status="error" if error else None,
+                       error=error))
+
+
+def _one_case(runner: ContainedRunner, f, shape, gpu: GpuInfo, compile_errors: dict, fn, extra: tuple):
+    error = compile_errors.get((f.uri, tuple(shape)))
+    value = None
+    if error is None:
+        ok, value, _ = runner.call(fn, f, shape, gpu.run_target, *extra)
+        if not ok:
+            value, error = None, value
+    return f, shape, value, error
+
+
+def _serial_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, setup):
+    """One GPU: every case in one contained worker, in order."""
+    with ContainedRunner(timeout_s, envs[0]) as runner:
         extra = setup(runner) if setup else ()
-        for n, (f, shape) in enumerate(work, 1):
-            error = compile_errors.get((f.uri, tuple(shape)))
-            value = None
-            if error is None:
-                ok, value, _ = runner.call(fn, f, shape, gpu.run_target, *extra)
-                if not ok:
-                    value, error = None, value
-            yield f, shape, value, error
-            on_event(Event(stage=label, kind="advance", done=n, total=total,
-                           label=f"{f.uri} {'x'.join(map(str, shape))}", status="error" if error else None,
-                           error=error))
+        for f, shape in work:
+            yield _one_case(runner, f, shape, gpu, compile_errors, fn, extra)
+
+
+def _parallel_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, setup):
+    """Several GPUs of one model: one contained worker pinned to each (its visible-devices variable), fed
+    from one queue by a thread each; results come back in `work`'s order, so reports do not depend on
+    which GPU ran which case. A Ctrl-C (in this, the main thread) ends every worker process."""
+    pending = iter(enumerate(work))
+    done: dict[int, tuple] = {}
+    failure: list[BaseException] = []
+    cond = threading.Condition()
+    runners = [ContainedRunner(timeout_s, env) for env in envs]
+    stopping = threading.Event()
+
+    def serve(runner: ContainedRunner) -> None:
+        try:
+            extra = setup(runner) if setup else ()
+            while not stopping.is_set():
+                with cond:
+                    item = next(pending, None)
+                if item is None:
+                    return
+                n, (f, shape) = item
+                result = _one_case(runner, f, shape, gpu, compile_errors, fn, extra)
+                with cond:
+                    done[n] = result
+                    cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            with cond:
+                failure.append(exc)
+                cond.notify_all()
+
+    threads = [threading.Thread(target=serve, args=(r,), daemon=True, name=f"gpu-{e}") for r, e in zip(runners, envs)]
+    try:
+        for t in threads:
+            t.start()
+        for n in range(len(work)):
+            with cond:
+                while n not in done and not failure:
+                    cond.wait(0.5)
+                if n not in done:
+                    raise failure[0]
+                result = done.pop(n)
+            yield result
+    except BaseException:
+        stopping.set()
+        end_processes([r.process for r in runners if r.process is not None])
+        raise
+    finally:
+        stopping.set()
+        for t in threads:
+            t.join()
+        for r in runners:
+            r.close()
 
 
 @dataclass
@@ -129,7 +197,9 @@ class BenchReport:
 
 
 def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              on_event: OnEvent = ignore) -> BenchReport:
+              baselines_for: frozenset[str] | None = None, on_event: OnEvent = ignore) -> BenchReport:
+    """Time every kernel at its shapes; the torch baselines beside every row, or only beside the rows of the
+    kernels in `baselines_for`."""
     work, skipped = plan(files, gpu, derived=False, native_only=True)
     nflush = flush_bytes(gpu.l2_bytes, gpu.vendor)
     rows: list[dict] = []
@@ -143,7 +213,7 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
         nonlocal copy_gbps
         ok, value, _ = runner.call(measure_copy_gbps, nflush)
         copy_gbps = value if ok else 0.0
-        return nflush, copy_gbps
+        return nflush, copy_gbps, baselines_for
 
     runs = _contained_runs(work, gpu, label="bench", fn=bench_case, jobs=jobs, timeout_s=timeout_s,
                            on_event=on_event, setup=measure_copy)

@@ -189,11 +189,13 @@ class CheckReport:
 
 
 def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict[str, str],
-                    targets: list[Target] | None = None) -> CheckReport:
+                    targets: list[Target] | None = None, *,
+                    device_versions: tuple[str, dict[str, str]] | None = None) -> CheckReport:
     """Every entry of every lockfile under tuned/ against the spec set, and every shape of a spec with a
-    `search:` block for a target against the lockfiles of that target. `current_versions` holds what this
-    machine can say (tilelang, torch; runtime and driver only where a GPU is present): a version absent there
-    is not compared, and the report says so."""
+    `search:` block for a target against the lockfiles of that target. `current_versions` holds what any
+    machine can say (tilelang, which compiles the kernel); `device_versions` is (the device present, what its
+    GPU run uses: torch, runtime, driver), compared only with that device's lockfile -- a CPU machine's torch
+    says nothing of the GPU's. A version not compared is listed in the report."""
     by_name = {ls.spec.name: ls for ls in loaded}
     stale: list[Finding] = []
     misses: list[Finding] = []
@@ -234,9 +236,11 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                 if uri != e.winner.uri:
                     stale_(f"the winner's kernel is now {uri}, not {e.winner.uri} (template or instance changed)")
                     continue
-                changed = [f"{k} {e.versions[k]} -> {v}" for k, v in sorted(current_versions.items())
+                now = current_versions | (device_versions[1] if device_versions and device_versions[0] == lock.device
+                                          else {})
+                changed = [f"{k} {e.versions[k]} -> {v}" for k, v in sorted(now.items())
                            if k in e.versions and e.versions[k] != v]
-                compared_keys |= set(current_versions) & set(e.versions)
+                compared_keys |= set(now) & set(e.versions)
                 if changed:
                     stale_("versions changed: " + ", ".join(changed))
         for ls in loaded:
@@ -253,7 +257,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                         misses.append(Finding(file=path.relative_to(root).as_posix(), spec=ls.spec.name,
                                               shape=tuple(shape), reason=f"miss: not tuned on {lock.device}"))
     return CheckReport(stale=tuple(stale), misses=tuple(misses), entries=count,
-                       not_compared=tuple(sorted(all_keys - compared_keys - set(current_versions))))
+                       not_compared=tuple(sorted(all_keys - compared_keys)))
 
 
 def fam_shapes(ls: LoadedSpec) -> list[Shape]:
@@ -262,14 +266,13 @@ def fam_shapes(ls: LoadedSpec) -> list[Shape]:
 
 
 def local_versions() -> dict[str, str]:
-    """What this machine can say without a GPU: tilelang's and torch's versions (importlib metadata)."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    """What every machine can say of the kernels it would build: the tilelang version (importlib metadata)."""
     from codegen.toolchain import find_tilelang
 
-    out = {"tilelang": find_tilelang().version}
-    try:
-        out["torch"] = version("torch")
-    except PackageNotFoundError:
-        pass
-    return out
+    return {"tilelang": find_tilelang().version}
+
+
+def gpu_versions(gpu) -> dict[str, str]:
+    """What a measurement on `gpu` (codegen.gpu.GpuInfo) depends on beyond tilelang: torch, runtime, driver."""
+    env = TARGETS[gpu.run_target].device_environment()
+    return {"torch": gpu.torch_version, "runtime": gpu.runtime_version, "driver": env.get("driver", "unknown")}

@@ -38,7 +38,7 @@ class MainJobReport:
         return not any(s.status == "failed" for s in self.steps)
 
 
-def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, on_event: OnEvent = ignore,
+def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: int | None = None, on_event: OnEvent = ignore,
                  on_report: Callable[[object], None] = lambda report: None) -> MainJobReport:
     """Every step this machine can do. Each step's report is handed to `on_report` as soon as the step
     ends (the console shows it then) and kept in the returned report."""
@@ -86,7 +86,7 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, on_eve
     files = project.rendered()
     for name, fn in (("verify", run_verify), ("bench", run_bench)):
         try:
-            report = fn(files, out_dir=report_dir, jobs=jobs, timeout_s=300.0, on_event=on_event)
+            report = fn(files, out_dir=report_dir, jobs=jobs, timeout_s=300.0, gpus=gpus, on_event=on_event)
         except TilegenError as exc:
             steps.append(Step(name=name, status="failed", detail=str(exc)))
             continue

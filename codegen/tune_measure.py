@@ -26,9 +26,7 @@ from collections import Counter
 
 from codegen.errors import TilegenError
 from codegen.events import OnEvent, ignore
-from codegen.lockfile import Candidate, LockEntry, hand_hash
-from codegen.targets import TARGETS
-from codegen.toolchain import find_tilelang
+from codegen.lockfile import Candidate, LockEntry, gpu_versions, hand_hash, local_versions
 from codegen.tune import Point, TuneResult
 
 STRATEGY = "successive_halving(eta=2) over bench rounds; deterministic (no sampling, no seed)"
@@ -56,6 +54,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     if not survivors:
         raise TilegenError(f"{result.spec_name}: no candidate survived the static stages on {result.target.value}")
     files = {p.uri: result.part.files[p.uri] for p in survivors}
+    t0 = time.monotonic()
     vrep = verify_all(list(files.values()), gpu, jobs=jobs, timeout_s=timeout_s, on_event=on_event)
     statuses: dict[str, Counter] = {u: Counter() for u in files}
     first_error: dict[str, str] = {}
@@ -76,14 +75,17 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     rounds: list[dict[str, object]] = []
     start = time.monotonic()
     while True:
-        brep = bench_all([files[p.uri] for p in alive], gpu, jobs=jobs, timeout_s=timeout_s, on_event=on_event)
+        brep = bench_all([files[p.uri] for p in alive], gpu, jobs=jobs, timeout_s=timeout_s,
+                         baselines_for=frozenset({next((p.uri for p in alive if p.uri == hand_uri), alive[0].uri)}),
+                         on_event=on_event)
         for row in brep.rows:
             shape = tuple(row["shape"])
             if row["status"] != "ok" or not row["kernel"]:
                 bench_errors.setdefault(row["uri"], row["error"] or row["status"])
                 continue
             times.setdefault((row["uri"], shape), []).append(float(row["kernel"]["median_ms"]))
-            baselines[shape] = {k: float(v["median_ms"]) for k, v in row["baselines"].items()}
+            if row["baselines"]:  # beside the hand configuration only; the latest round's
+                baselines[shape] = {k: float(v["median_ms"]) for k, v in row["baselines"].items()}
         alive = [p for p in alive if p.uri not in bench_errors]
         if not alive:
             raise TilegenError(f"{result.spec_name}: every candidate failed to bench on {gpu.name}")
@@ -104,9 +106,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         if len(keep) >= len(alive):  # the hand configuration kept beside the better half: no smaller round
             break
         alive = keep
-    env = TARGETS[gpu.run_target].device_environment()
-    versions = {"tilelang": find_tilelang().version, "torch": gpu.torch_version, "runtime": gpu.runtime_version,
-                "driver": env.get("driver", "unknown")}
+    versions = local_versions() | gpu_versions(gpu)
     hh = hand_hash(result.loaded, result.target)
     per_shape, entries = [], []
     for s in sorted({s for (_, s) in times}):
@@ -120,7 +120,8 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
                           "speedup_vs_hand": round(hand_ms / cands[0].time_ms, 4) if hand_ms else None})
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
                                  winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY))
-    doc = {"device": gpu.name, "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
+    doc = {"device": gpu.name, "gpus": len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
+           "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
            "verified": sorted(good), "not_selectable": not_selectable,
            "bench_errors": dict(sorted(bench_errors.items())), "rounds": rounds, "shapes": per_shape}
     return doc, entries

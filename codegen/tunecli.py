@@ -13,7 +13,15 @@ from codegen.errors import TilegenError
 from codegen.hardware import Target
 from codegen.instance import build_instances
 from codegen.load import LoadedSpec, load_spec_files
-from codegen.lockfile import LockFile, check_lockfiles, local_versions, lock_path, read_lockfile, write_lockfile
+from codegen.lockfile import (
+    LockFile,
+    check_lockfiles,
+    gpu_versions,
+    local_versions,
+    lock_path,
+    read_lockfile,
+    write_lockfile,
+)
 from codegen.pipeline import Project
 from codegen.tune import TuneResult, survivor_columns, tune_static, write_report
 
@@ -25,7 +33,8 @@ def _loaded(project: Project) -> list[LoadedSpec]:
 
 
 def run_tune(project: Project, name: str, targets: list[Target] | None, *, static: bool, budget: str,
-             opts: BuildOptions, timeout_s: float, out: Console, err: Console) -> list[TuneResult]:
+             opts: BuildOptions, timeout_s: float, out: Console, err: Console,
+             gpus: int | None = None) -> list[TuneResult]:
     """`tilegen tune NAME`: for each target of the spec with a `search:` block (or those asked for), the
     static stages, then measured selection on the GPU present unless `static`; writes
     reports/tune/<spec>_<target>.{json,md} and, when measured, tuned/<target>/<device>.json."""
@@ -50,6 +59,10 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
         except NoGpu as exc:
             raise TilegenError(f"measuring needs a GPU ({exc}); `tilegen tune {name} --static` runs the stages "
                                "that need none") from None
+        try:
+            gpu = gpu.using(gpus)
+        except ValueError as exc:
+            raise TilegenError(str(exc)) from None
     results = []
     for target in chosen:
         err.print(f"[bold]tune {name} on {target.value}[/]")
@@ -85,15 +98,25 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
 
 def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console) -> bool:
     """`tilegen tune --check`: stale entries and misses, one line each; True when there are none."""
+    from codegen.gpu import NoGpu, detect_gpu
+
     versions = local_versions()
-    report = check_lockfiles(project.root, _loaded(project), versions, targets)
+    try:
+        gpu = detect_gpu()
+        device_versions = (gpu.name, gpu_versions(gpu))
+    except NoGpu:
+        gpu = device_versions = None
+    report = check_lockfiles(project.root, _loaded(project), versions, targets, device_versions=device_versions)
     for f in (*report.stale, *report.misses):
         err.print(f.line(), markup=False)
     if report.not_compared:
-        err.print(f"not compared here (no GPU): {', '.join(report.not_compared)}", markup=False)
+        where = f"only {gpu.name}'s lockfile is compared with this {gpu.name}" if gpu else "no GPU here"
+        err.print(f"not compared ({where}): {', '.join(report.not_compared)}", markup=False)
     if report.clean:
         out.print(f"tuned/ is up to date: {report.entries} entr{'y' if report.entries == 1 else 'ies'} "
-                  f"(versions compared: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))})", markup=False)
+                  f"(versions compared: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}"
+                  f"{f'; on {gpu.name} also ' + ', '.join(f'{k} {v}' for k, v in sorted(device_versions[1].items())) if gpu else ''})",
+                  markup=False)
         return True
     err.print(f"error: {len(report.stale)} stale, {len(report.misses)} missing: run `tilegen tune NAME` on the device",
               markup=False)

@@ -3,7 +3,7 @@ error, a crash and a normal result each land in the report, and that the report 
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -26,7 +26,7 @@ def fake_verify(rendered, shape, run_target):
                        shape=tuple(shape), seed=0, inputs="normal", status="verified")]
 
 
-def fake_bench(rendered, shape, run_target, nflush, copy_gbps):
+def fake_bench(rendered, shape, run_target, nflush, copy_gbps, baselines_for=None):
     t = Timing(median_ms=1.0, p10_ms=0.9, p90_ms=1.1, iters=10)
     return BenchRow(uri=rendered.uri, name=rendered.instance.name, target=rendered.instance.target.value,
                     shape=tuple(shape), dtypes="fp16", status="ok", kernel=t, baselines={"eager": t},
@@ -77,3 +77,29 @@ def test_bench_all_measures_copy_once_and_skips_other_targets(fakes):
     assert [r["target"] for r in by_status["skipped"]] == ["gfx942"]
     assert by_status["error"][0]["error"] == "CompileError: nvcc said no"
     json.loads(json.dumps(asdict(report)))
+
+
+def fake_verify_where(rendered, shape, run_target):
+    if shape[0] == 1:
+        os._exit(7)  # a crash on one GPU takes only its worker down
+    return [CaseResult(uri=rendered.uri, target=rendered.instance.target.value, run_target=run_target.value,
+                       shape=tuple(shape), seed=0, inputs=os.environ["CUDA_VISIBLE_DEVICES"], status="verified")]
+
+
+def test_cases_spread_over_every_gpu_in_a_fixed_order(fakes, monkeypatch):
+    monkeypatch.setattr(gpurun, "verify_case", fake_verify_where)
+    two = replace(GPU, devices=("3", "5"))  # a parent pinned to GPUs 3 and 5: each worker pinned to one of them
+    one = gpurun.verify_all(FILES, replace(GPU, devices=("3",)), jobs=1, timeout_s=60)
+    both = gpurun.verify_all(FILES, two, jobs=1, timeout_s=60)
+    key = [(c["uri"], c["shape"], c["status"], "died" in c["error"]) for c in both.cases]
+    assert key == [(c["uri"], c["shape"], c["status"], "died" in c["error"]) for c in one.cases]  # same order
+    assert {c["inputs"] for c in one.cases if c["status"] == "verified"} == {"3"}
+    assert {c["inputs"] for c in both.cases if c["status"] == "verified"} == {"3", "5"}
+    assert any("worker died (exit code 7)" in c["error"] for c in both.cases)
+
+
+def test_gpus_option_takes_the_first_devices():
+    two = replace(GPU, devices=("0", "1"))
+    assert two.using(None) is two and two.using(1).devices == ("0",)
+    with pytest.raises(ValueError, match="--gpus 3: this machine has 2 Fake H200"):
+        two.using(3)

@@ -279,6 +279,23 @@ def test_lockfile_stale_and_misses(tmp_path):
     assert not report.clean
 
 
+def test_lockfile_gpu_versions_compared_only_on_their_device(tmp_path):
+    ls = loaded(SM90)
+    e = _entry(ls, winner=Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01))
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
+    cpu = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.15"}, [Target.SM_90])  # a CPU machine: torch 2.13 here
+    assert cpu.clean and cpu.not_compared == ("driver", "runtime", "torch")
+    other = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.15"}, [Target.SM_90],
+                            device_versions=("NVIDIA H100", {"torch": "2.9.0", "runtime": "CUDA 13.0", "driver": "580"}))
+    assert other.clean and other.not_compared == ("driver", "runtime", "torch")
+    same = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.15"}, [Target.SM_90],
+                           device_versions=("NVIDIA H200", {"torch": "2.8.0", "runtime": "CUDA 12.8", "driver": "580.1"}))
+    assert [f.line() for f in same.stale] == [
+        "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: versions changed: driver 570.1 -> 580.1"]
+    assert same.not_compared == ()
+
+
 def test_lockfile_refuses_another_device_and_a_bad_file(tmp_path):
     ls = loaded(SM90)
     lock = LockFile(target=Target.SM_90, device="NVIDIA H100")
@@ -324,13 +341,15 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
 
     def bench_all(files, gpu, **kw):
         rounds.append(sorted(f.uri for f in files))
+        assert kw["baselines_for"] == {part.hand.uri}  # torch timed once per shape, beside the hand configuration
         rows = [{"uri": f.uri, "shape": s, "status": "ok", "error": "", "kernel": {"median_ms": ms[f.uri] * s[0] / 256},
                  "baselines": {"torch": {"median_ms": 1.2}}} for f in files for s in f.instance.shapes]
         return gpurun.BenchReport(gpu={}, copy_gbps=1.0, flush_bytes=1, rows=rows)
 
     monkeypatch.setattr(gpurun, "verify_all", verify_all)
     monkeypatch.setattr(gpurun, "bench_all", bench_all)
-    gpu = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90, torch_version="2.8.0", runtime_version="CUDA 12.8")
+    gpu = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90, torch_version="2.8.0", runtime_version="CUDA 12.8",
+                          devices=("0",))
     doc, entries = measure(result, gpu, budget_s=600, jobs=1, timeout_s=10)
     assert [d["uri"] for d in doc["not_selectable"]] == [bad]
     # three verified candidates: halving keeps the better half (fastest) and the hand configuration, no fewer

@@ -405,7 +405,8 @@ def match_device(hw: Hardware, torch, props) -> DeviceMatch | str | None:
     arch = getattr(props, "gcnArchName", "").split(":")[0]
     if arch != hw.tilelang_target["mcpu"]:
         return f"AMD GPU {props.name} ({arch}) is not {hw.target}"
-    return DeviceMatch(vendor=hw.vendor, runtime_version=f"HIP {torch.version.hip}")
+    return DeviceMatch(vendor=hw.vendor, runtime_version=f"HIP {torch.version.hip}",
+                       visible_devices_env="HIP_VISIBLE_DEVICES")
 
 
 # ---- the record ------------------------------------------------------------------------------------

@@ -144,6 +144,7 @@ class DeviceMatch:
 
     vendor: str
     runtime_version: str  # "CUDA 12.8", "HIP 6.3..."
+    visible_devices_env: str  # the variable that pins a process to some of the GPUs: CUDA_ / HIP_VISIBLE_DEVICES
 
 
 # ---- the record ------------------------------------------------------------------------------------

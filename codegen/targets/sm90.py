@@ -394,7 +394,8 @@ def match_device(torch, props) -> DeviceMatch | str | None:
         return None
     if (props.major, props.minor) != (9, 0):
         return f"NVIDIA GPU {props.name} is sm_{props.major}{props.minor}, not sm_90"
-    return DeviceMatch(vendor=HW.vendor, runtime_version=f"CUDA {torch.version.cuda}")
+    return DeviceMatch(vendor=HW.vendor, runtime_version=f"CUDA {torch.version.cuda}",
+                       visible_devices_env="CUDA_VISIBLE_DEVICES")
 
 
 def device_environment() -> dict[str, str]:
