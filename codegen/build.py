@@ -68,6 +68,7 @@ class BuildOptions:
     cache_dir: Path | None = None  # None = <project>/.cache/build
     gfx942_env: Path | None = None  # None = /opt/rocm if installed, else <project>/.toolchain/env.json
     write_report: bool = False  # rewrite reports/static/<target>.json (needs all_, every shape)
+    ray: str | None = None  # build as Ray tasks on the cluster at this address ("auto"), not local workers
 
 
 def default_jobs() -> int:
@@ -406,7 +407,7 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
         done(job, _result(job, entry, root, status="cached", seconds=seconds))
     n_jobs = max(1, opts.jobs or default_jobs())
     if misses:
-        _run_pool(misses, n_jobs, cache, root, done)
+        _run_pool(misses, n_jobs, cache, root, done, ray=opts.ray)
     return BuildReport(results=tuple(results[j.key] for j in jobs), toolchains=_describe(toolchains),
                        wall_s=time.perf_counter() - t_start, jobs=n_jobs)
 
@@ -417,10 +418,16 @@ def _describe(toolchains: dict[Target, Toolchain]) -> dict[Target, dict[str, str
 
 
 def _run_pool(misses: list[tuple[BuildJob, str | None]], n_jobs: int, cache: BuildCache, root: Path,
-              done: Callable[[BuildJob, BuildResult], None]) -> None:
+              done: Callable[[BuildJob, BuildResult], None], *, ray: str | None = None) -> None:
     order = sorted(misses, key=lambda m: -m[0].cost)
+    if ray is not None:  # one Ray task (one CPU) a build, on the cluster; the cache is the project's, shared
+        from codegen.raypool import RayPool
+
+        pool_of = RayPool(ray, num_cpus=1, initializer=_worker_init, initargs=(tilelang_log_level(),))
+    else:
+        pool_of = WorkerPool(min(n_jobs, len(order)), initializer=_worker_init, initargs=(tilelang_log_level(),))
     try:
-        with WorkerPool(min(n_jobs, len(order)), initializer=_worker_init, initargs=(tilelang_log_level(),)) as pool:
+        with pool_of as pool:
             for i, outcome in pool.imap_unordered(run_job, [job for job, _ in order]):
                 job, note = order[i]
                 # a worker that died (out of memory, a native crash) fails its build only

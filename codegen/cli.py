@@ -157,6 +157,8 @@ def gen(
         out.print(f"wrote {p}", markup=False)
     for p in result.removed:
         out.print(f"removed {p}", markup=False)
+    for line in result.tuning:
+        out.print(line, markup=False)
     out.print(f"{len(result.written)} written, {len(result.unchanged)} unchanged, {len(result.removed)} removed")
 
 
@@ -318,6 +320,9 @@ def tune(
     jobs: Jobs = None,
     timeout: Timeout = 300.0,
     gpus: Gpus = None,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", help="Run builds and GPU cases as Ray tasks on the cluster at ADDRESS (or `auto`); needs tilegen[ray].",
+        show_default=False)] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
 ) -> None:
     """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
@@ -334,7 +339,7 @@ def tune(
         raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
-                          gpus=gpus, out=out, err=err))
+                          gpus=gpus, ray=ray, out=out, err=err))
 
 
 @app.command()

@@ -153,6 +153,8 @@ class UI:
                                         indent=1, sort_keys=True) + "\n")
         title = f"bench on {report.gpu['name']} (copy {report.copy_gbps:.0f} GB/s)"
         full_width(self.err).print(rich_table(title, BENCH_COLUMNS, bench_rows(report)))
+        for line in report.tuning:
+            self.err.print(line, markup=False)
         self._written(report.written)
         return 0 if report.ok else 1
 

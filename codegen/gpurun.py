@@ -40,7 +40,7 @@ def plan(files: list[RenderedFile], gpu: GpuInfo, *, derived: bool, native_only:
 
 
 def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, on_event: OnEvent,
-                    setup=None):
+                    setup=None, ray: str | None = None):
     """Compile every (file, shape) of `work` in parallel into TileLang's cache, then call
     fn(file, shape, run_target, *extra) for each in a contained worker, where extra = setup(runner)
     (run once, in the worker, before the cases; () without setup). Yields (file, shape, value, error):
@@ -57,8 +57,11 @@ def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, tim
     compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1, progress=tick)
     on_event(Event(stage=label, kind="start", done=0, total=total, label=label))
     envs = [{gpu.visible_devices_env: d} for d in gpu.devices]
-    runs = (_serial_runs if len(envs) == 1 else _parallel_runs)(work, gpu, envs, compile_errors, fn=fn,
-                                                                 timeout_s=timeout_s, setup=setup)
+    if ray is not None:
+        runs = _ray_runs(work, gpu, ray, compile_errors, fn=fn, timeout_s=timeout_s, setup=setup)
+    else:
+        runs = (_serial_runs if len(envs) == 1 else _parallel_runs)(work, gpu, envs, compile_errors, fn=fn,
+                                                                     timeout_s=timeout_s, setup=setup)
     for n, (f, shape, value, error) in enumerate(runs, 1):
         yield f, shape, value, error
         on_event(Event(stage=label, kind="advance", done=n, total=total,
@@ -82,6 +85,27 @@ def _serial_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, set
         extra = setup(runner) if setup else ()
         for f, shape in work:
             yield _one_case(runner, f, shape, gpu, compile_errors, fn, extra)
+
+
+RAY_GPUS_PER_CASE = 1.0  # a verify/bench case on a Ray cluster holds one GPU (tests on a CPU cluster set 0)
+
+
+def _ray_runs(work, gpu: GpuInfo, address: str, compile_errors, *, fn, timeout_s, setup):
+    """Every case a Ray task holding one GPU of the cluster (codegen.raypool); results in `work`'s order. The
+    kernels were compiled into TileLang's cache above; a node that does not share it compiles again."""
+    from codegen.raypool import RayPool, star
+
+    with RayPool(address, num_cpus=1, num_gpus=RAY_GPUS_PER_CASE, timeout_s=timeout_s) as pool:
+        extra = setup(pool) if setup else ()
+        todo = [(i, f, s) for i, (f, s) in enumerate(work) if (f.uri, tuple(s)) not in compile_errors]
+        done = {i: (f, s, None, compile_errors[(f.uri, tuple(s))]) for i, (f, s) in enumerate(work)
+                if (f.uri, tuple(s)) in compile_errors}
+        args = [(fn, (f, s, gpu.run_target, *extra)) for _, f, s in todo]
+        for k, outcome in pool.imap_unordered(star, args):
+            i, f, s = todo[k]
+            done[i] = (f, s, outcome.value, None) if outcome.ok else (f, s, None, outcome.error)
+    for i in range(len(work)):
+        yield done[i]
 
 
 def _parallel_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, setup):
@@ -166,13 +190,14 @@ class VerifyTally:
 
 
 def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-               on_event: OnEvent = ignore) -> VerifyReport:
+               ray: str | None = None, on_event: OnEvent = ignore) -> VerifyReport:
     work, skipped = plan(files, gpu, derived=True, native_only=False)
     report = VerifyReport(gpu=asdict(gpu))
     for f, reason in skipped:
         report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value, run_target=gpu.run_target.value,
                                               shape=f.instance.shapes[0], seed=-1, inputs="", status="skipped", error=reason)))
-    runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, on_event=on_event)
+    runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, on_event=on_event,
+                           ray=ray)
     for f, shape, value, error in runs:
         if error is None:
             report.cases.extend(asdict(r) for r in value)
@@ -190,6 +215,7 @@ class BenchReport:
     flush_bytes: int
     rows: list[dict] = field(default_factory=list)  # codegen.bench.BenchRow, as written to bench.json
     written: list[str] = field(default_factory=list)  # the report files (codegen.report.write_bench)
+    tuning: list[str] = field(default_factory=list)  # per tuned spec shape: tuned kernel beside the hand one
 
     @property
     def ok(self) -> bool:
@@ -197,7 +223,8 @@ class BenchReport:
 
 
 def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-              baselines_for: frozenset[str] | None = None, on_event: OnEvent = ignore) -> BenchReport:
+              baselines_for: frozenset[str] | None = None, ray: str | None = None,
+              on_event: OnEvent = ignore) -> BenchReport:
     """Time every kernel at its shapes; the torch baselines beside every row, or only beside the rows of the
     kernels in `baselines_for`."""
     work, skipped = plan(files, gpu, derived=False, native_only=True)
@@ -216,7 +243,7 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
         return nflush, copy_gbps, baselines_for
 
     runs = _contained_runs(work, gpu, label="bench", fn=bench_case, jobs=jobs, timeout_s=timeout_s,
-                           on_event=on_event, setup=measure_copy)
+                           on_event=on_event, setup=measure_copy, ray=ray)
     for f, shape, value, error in runs:
         if error is None:
             rows.append(asdict(value))
@@ -224,4 +251,42 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
             i = f.instance
             rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=tuple(shape),
                                         dtypes=i.dtype_label(), status="error", error=error)))
-    return BenchReport(gpu=asdict(gpu), copy_gbps=copy_gbps, flush_bytes=nflush, rows=rows)
+    return BenchReport(gpu=asdict(gpu), copy_gbps=copy_gbps, flush_bytes=nflush, rows=rows,
+                       tuning=tuning_lines(files, rows, gpu.name))
+
+
+def tuning_lines(files, rows: list[dict], device: str) -> list[str]:
+    """For each spec that a lockfile tuned (codegen.render.SpecRef.tuned_on): each of its shapes, the kernel
+    that serves it -- the tuned one, timed beside the hand configuration in this run, or the hand one where no
+    entry answers for the shape."""
+    ms = {(r["uri"], tuple(r["shape"])): r["kernel"]["median_ms"] for r in rows if r["status"] == "ok" and r["kernel"]}
+    hand: dict[tuple[str, str, tuple], str] = {}
+    tuned: dict[tuple[str, str, tuple], tuple[str, str]] = {}
+    for f in files:
+        for ref in f.specs:
+            for s in ref.shapes:
+                key = (f.instance.target.value, ref.name, tuple(s))
+                if ref.tuned_on:
+                    tuned[key] = (f.uri, ref.tuned_on)
+                else:
+                    hand[key] = f.uri
+    tuned_specs = {(t, n) for t, n, _ in tuned}
+
+    def t(uri: str, shape: tuple) -> str:
+        return f"{ms[(uri, shape)]:.4f} ms" if (uri, shape) in ms else "not timed"
+
+    lines = []
+    for key in sorted(hand):
+        target, name, shape = key
+        if (target, name) not in tuned_specs:
+            continue
+        label = f"{name} {'x'.join(map(str, shape))} ({target})"
+        if key not in tuned:
+            lines.append(f"{label}: hand configuration {hand[key]} {t(hand[key], shape)} (no lockfile entry)")
+            continue
+        uri, on = tuned[key]
+        where = "" if on == device else f" (tuned on {on}, timed here on {device})"
+        ratio = (f", x{ms[(hand[key], shape)] / ms[(uri, shape)]:.3f}" if (uri, shape) in ms and (hand[key], shape) in ms
+                 else "")
+        lines.append(f"{label}: tuned {uri} {t(uri, shape)} vs hand {hand[key]} {t(hand[key], shape)}{ratio}{where}")
+    return lines

@@ -137,6 +137,14 @@ def hand_hash(loaded: LoadedSpec, target: Target) -> str:
 def winner_uri(loaded: LoadedSpec, target: Target, tunables: dict[str, object]) -> tuple[str | None, str]:
     """The kernel name the winner's tunables give today, or (None, why it is not legal any more)."""
     from codegen.render import kernel_uri
+
+    inst, why = winner_instance(loaded, target, tunables)
+    return (kernel_uri(inst), "") if inst is not None else (None, why)
+
+
+def winner_instance(loaded: LoadedSpec, target: Target, tunables: dict[str, object]):
+    """The instance (every shape of the spec) of the hand configuration with the winner's tunables, or
+    (None, why it is not legal any more)."""
     from codegen.tune import apply_point, hand_spec
 
     fam = family_for_op(loaded.spec.op)
@@ -151,7 +159,7 @@ def winner_uri(loaded: LoadedSpec, target: Target, tunables: dict[str, object]) 
     violations = fam.check(candidate, TARGETS[target])
     if violations:
         return None, f"the winner breaks {', '.join(sorted({v.rule for v in violations}))}"
-    return kernel_uri(fam.instance(candidate, TARGETS[target], loaded.doc.file)), ""
+    return fam.instance(candidate, TARGETS[target], loaded.doc.file), ""
 
 
 def _nest(flat: dict[str, object]) -> dict[str, object]:
@@ -180,6 +188,7 @@ class Finding:
 class CheckReport:
     stale: tuple[Finding, ...] = ()
     misses: tuple[Finding, ...] = ()
+    fresh: tuple[tuple[Target, LockEntry], ...] = ()  # entries that answer for today's spec set
     entries: int = 0
     not_compared: tuple[str, ...] = field(default_factory=tuple)  # versions this machine cannot say
 
@@ -199,6 +208,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
     by_name = {ls.spec.name: ls for ls in loaded}
     stale: list[Finding] = []
     misses: list[Finding] = []
+    fresh: list[tuple[Target, LockEntry]] = []
     count = 0
     compared_keys: set[str] = set()
     all_keys: set[str] = set()
@@ -243,6 +253,8 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                 compared_keys |= set(now) & set(e.versions)
                 if changed:
                     stale_("versions changed: " + ", ".join(changed))
+                    continue
+                fresh.append((target, e))
         for ls in loaded:
             if target not in getattr(ls.spec, "search", {}) or target not in ls.spec.targets:
                 continue
@@ -256,8 +268,25 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                                for e in lock.entries):
                         misses.append(Finding(file=path.relative_to(root).as_posix(), spec=ls.spec.name,
                                               shape=tuple(shape), reason=f"miss: not tuned on {lock.device}"))
-    return CheckReport(stale=tuple(stale), misses=tuple(misses), entries=count,
+    return CheckReport(stale=tuple(stale), misses=tuple(misses), fresh=tuple(fresh), entries=count,
                        not_compared=tuple(sorted(all_keys - compared_keys)))
+
+
+def tuned_instances(root: Path, loaded: list[LoadedSpec], targets: list[Target] | None = None
+                    ) -> tuple[list[tuple[object, str]], CheckReport]:
+    """What `gen` emits beside the hand configurations: for each fresh lockfile entry, (the winner's instance
+    at that one shape, the device it was measured on), and the check report that says which entries were not
+    used (stale) and which searched shapes have none (misses: the hand configuration serves them). Only what
+    any machine can compare decides freshness here (the tilelang version; codegen.lockfile.local_versions)."""
+    from dataclasses import replace
+
+    by_name = {ls.spec.name: ls for ls in loaded}
+    report = check_lockfiles(root, loaded, local_versions(), targets)
+    out = []
+    for target, e in report.fresh:
+        inst, _ = winner_instance(by_name[e.spec], target, e.winner.tunables)
+        out.append((replace(inst, shapes=(e.shape,)), e.device))
+    return out, report
 
 
 def fam_shapes(ls: LoadedSpec) -> list[Shape]:

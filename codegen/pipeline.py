@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 
@@ -49,7 +49,30 @@ class Project:
         return build_instances(loaded, targets)
 
     def rendered(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[RenderedFile]:
-        return render_all(self.instances(paths, targets))
+        """Every kernel of the spec set: the hand configurations, and the configurations the committed
+        lockfiles (tuned/<target>/<device>.json) chose for some shapes."""
+        return self._tuned(paths, targets)[0]
+
+    def _tuned(self, paths, targets):
+        from codegen.lockfile import tuned_instances
+
+        loaded = load_spec_files(self.spec_paths(paths), self.root)
+        instances = build_instances(loaded, targets)
+        tuned, report = tuned_instances(self.root, loaded, targets)
+        return render_all(instances, tuned), report
+
+    def tuning_lines(self, files: list[RenderedFile], report) -> tuple[str, ...]:
+        """What gen says of tuning: each shape served by a tuned configuration (and from which lockfile), each
+        searched shape the hand configuration serves because no entry answers for it, and entries not used."""
+        lines = []
+        for f in files:
+            for ref in f.specs:
+                if ref.tuned_on:
+                    lines += [f"{ref.name} {'x'.join(map(str, s))} on {f.instance.target.value}: tuned on {ref.tuned_on} "
+                              f"-> {f.uri}" for s in ref.shapes]
+        lines += [f"{m.spec} {'x'.join(map(str, m.shape))}: hand configuration ({m.file}: {m.reason})" for m in report.misses]
+        lines += [f"{m.line()}: not used, the hand configuration serves it" for m in report.stale]
+        return tuple(sorted(lines))
 
     def _prune_dirs(self, paths, targets) -> set[PurePosixPath]:
         # Stale files are only pruned/reported when the whole default spec set is generated.
@@ -58,9 +81,10 @@ class Project:
         return target_dirs(targets or list(Target))
 
     def generate(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> GenResult:
-        files = self.rendered(paths, targets)
-        return write_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets),
-                           index=not paths and not targets)
+        files, report = self._tuned(paths, targets)
+        result = write_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets),
+                             index=not paths and not targets)
+        return replace(result, tuning=self.tuning_lines(files, report))
 
     def check(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> CheckResult:
         files = self.rendered(paths, targets)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import pprint
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path, PurePosixPath
@@ -34,6 +35,7 @@ class SpecRef:
     file: str
     name: str
     shapes: tuple[tuple[int, ...], ...]
+    tuned_on: str = ""  # the device whose lockfile chose this configuration for these shapes; "": the hand one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,8 +55,9 @@ class RenderedFile:
 
     def for_spec(self, name: str) -> RenderedFile:
         """This kernel with only the shapes spec `name` asked for (its workload when selected by that name)."""
-        ref = next(s for s in self.specs if s.name == name)
-        return replace(self, instance=replace(self.instance, shapes=ref.shapes), specs=(ref,))
+        refs = tuple(s for s in self.specs if s.name == name)  # its hand configuration, tuned shapes, or both
+        shapes = tuple(dict.fromkeys(x for r in refs for x in r.shapes))
+        return replace(self, instance=replace(self.instance, shapes=shapes), specs=refs)
 
 
 @cache
@@ -140,29 +143,37 @@ def render(inst: KernelInstance, specs: tuple[SpecRef, ...] | None = None) -> Re
                                                                         shapes=inst.shapes),))
 
 
-def merge_workloads(instances: list[KernelInstance]) -> list[tuple[KernelInstance, tuple[SpecRef, ...]]]:
+def merge_workloads(instances: list[KernelInstance], tuned: Sequence[tuple[KernelInstance, str]] = ()
+                    ) -> list[tuple[KernelInstance, tuple[SpecRef, ...]]]:
     """Instances of one configuration (the same kernel name) merged into one kernel: the union of their
     shapes (in order of first appearance), every (spec file, name) that asked for it, and the strictest of
     their check policies (no spills unless every spec allows them, the highest occupancy floor, the
-    tightest verify tolerance)."""
-    groups: dict[str, list[KernelInstance]] = {}
-    for inst in instances:
-        groups.setdefault(kernel_uri(inst), []).append(inst)
+    tightest verify tolerance). `tuned`: (instance, device) of the configurations a lockfile chose for some
+    of a spec's shapes (codegen.lockfile.tuned_instances), after the hand ones."""
+    groups: dict[str, list[tuple[KernelInstance, str]]] = {}
+    for inst, device in [*((i, "") for i in instances), *tuned]:
+        groups.setdefault(kernel_uri(inst), []).append((inst, device))
     merged = []
-    for same in groups.values():
+    for pairs in groups.values():
+        same = [i for i, _ in pairs]
         first = same[0]
         shapes = tuple(dict.fromkeys(s for i in same for s in i.shapes))
         floors = [i.min_waves_per_simd for i in same if i.min_waves_per_simd is not None]
         kernel = replace(first, shapes=shapes, allow_spills=all(i.allow_spills for i in same),
                          min_waves_per_simd=max(floors) if floors else None,
                          verify_tolerance_scale=min(i.verify_tolerance_scale for i in same))
-        merged.append((kernel, tuple(SpecRef(file=i.spec_file, name=i.name, shapes=i.shapes) for i in same)))
+        refs: dict[tuple[str, str, str], list] = {}  # a lockfile's shapes of one spec: one reference
+        for i, d in pairs:
+            refs.setdefault((i.spec_file, i.name, d), []).extend(i.shapes)
+        merged.append((kernel, tuple(SpecRef(file=f, name=n, shapes=tuple(dict.fromkeys(s)), tuned_on=d)
+                                     for (f, n, d), s in refs.items())))
     return merged
 
 
-def render_all(instances: list[KernelInstance]) -> list[RenderedFile]:
-    """One rendered module per distinct kernel configuration, in a stable order."""
-    files = [render(kernel, specs) for kernel, specs in merge_workloads(instances)]
+def render_all(instances: list[KernelInstance], tuned: Sequence[tuple[KernelInstance, str]] = ()
+               ) -> list[RenderedFile]:
+    """One rendered module per distinct kernel configuration (hand and tuned), in a stable order."""
+    files = [render(kernel, specs) for kernel, specs in merge_workloads(instances, tuned)]
     paths = [f.path for f in files]
     if len(set(paths)) != len(paths):  # cannot happen unless two configurations hash alike
         raise TilegenError("two kernel configurations render to the same file; their names collide")
@@ -173,7 +184,7 @@ def workloads_text(files: list[RenderedFile]) -> str:
     """generated/workloads.json: per kernel, its file, the specs that asked for it and its shapes."""
     rows = {f.uri: {"file": f.path.as_posix(), "target": f.instance.target.value, "op": f.instance.op,
                     "specs": [{"file": s.file, "name": s.name, "shapes": [list(x) for x in s.shapes]}
-                              for s in f.specs],
+                              | ({"tuned_on": s.tuned_on} if s.tuned_on else {}) for s in f.specs],
                     "shapes": [list(s) for s in f.instance.shapes]} for f in files}
     lines = [f"  {json.dumps(uri)}: {json.dumps(row, sort_keys=True)}" for uri, row in sorted(rows.items())]
     return "{\n" + ",\n".join(lines) + "\n}\n"  # one kernel a line: a workload change is a one-line diff
@@ -184,6 +195,7 @@ class GenResult:
     written: list[PurePosixPath]
     unchanged: list[PurePosixPath]
     removed: list[PurePosixPath]  # stale modules, and temp files an interrupted write left
+    tuning: tuple[str, ...] = ()  # which shapes tuned configurations serve, and which the hand one (Project.tuning_lines)
 
 
 def _existing(root: Path, dirs: set[PurePosixPath]) -> set[PurePosixPath]:

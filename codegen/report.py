@@ -168,7 +168,7 @@ def bench_rows(report) -> list[dict]:
 def write_bench(report, out_dir: Path) -> list[Path]:
     env = environment(report.gpu)
     data = {"environment": env, "gpu": report.gpu, "copy_gbps": report.copy_gbps, "flush_bytes": report.flush_bytes,
-            "rows": report.rows}
+            "rows": report.rows} | ({"tuning": report.tuning} if report.tuning else {})
     write_text_atomic(out_dir / "bench.json", json.dumps(data, indent=1, sort_keys=True) + "\n")
     write_text_atomic(out_dir / "bench.csv", csv_text(BENCH_COLUMNS, bench_rows(report)))
     write_text_atomic(out_dir / "bench.md", bench_markdown(data))
@@ -184,7 +184,9 @@ def bench_markdown(data: dict) -> str:
             f"torch {env.get('torch')}, tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
             f"Copy bandwidth measured in the same run: {data['copy_gbps']:.0f} GB/s. "
             f"L2 flushed with {data['flush_bytes'] >> 20} MiB before every timed launch; median over the iterations shown.\n\n")
-    return head + "\n".join(markdown_table(BENCH_COLUMNS, [_flat(r) for r in data["rows"]])) + "\n"
+    tuning = ["", "Tuned configurations (lockfiles under tuned/), each timed beside the hand configuration:", "",
+              *(f"- {line}" for line in data["tuning"])] if data.get("tuning") else []
+    return head + "\n".join([*markdown_table(BENCH_COLUMNS, [_flat(r) for r in data["rows"]]), *tuning]) + "\n"
 
 
 def _plots(report, out_dir: Path) -> list[Path]:

@@ -42,7 +42,7 @@ def parse_budget(text: str) -> float:
 
 
 def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeout_s: float,
-            on_event: OnEvent = ignore) -> tuple[dict[str, object], list[LockEntry]]:
+            ray: str | None = None, on_event: OnEvent = ignore) -> tuple[dict[str, object], list[LockEntry]]:
     """Verify, then select by successive halving; returns the report's `measured` document and the lockfile
     entries (one per shape)."""
     from codegen.gpurun import bench_all, verify_all
@@ -55,7 +55,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         raise TilegenError(f"{result.spec_name}: no candidate survived the static stages on {result.target.value}")
     files = {p.uri: result.part.files[p.uri] for p in survivors}
     t0 = time.monotonic()
-    vrep = verify_all(list(files.values()), gpu, jobs=jobs, timeout_s=timeout_s, on_event=on_event)
+    vrep = verify_all(list(files.values()), gpu, jobs=jobs, timeout_s=timeout_s, ray=ray, on_event=on_event)
     statuses: dict[str, Counter] = {u: Counter() for u in files}
     first_error: dict[str, str] = {}
     for c in vrep.cases:
@@ -75,7 +75,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     rounds: list[dict[str, object]] = []
     start = time.monotonic()
     while True:
-        brep = bench_all([files[p.uri] for p in alive], gpu, jobs=jobs, timeout_s=timeout_s,
+        brep = bench_all([files[p.uri] for p in alive], gpu, jobs=jobs, timeout_s=timeout_s, ray=ray,
                          baselines_for=frozenset({next((p.uri for p in alive if p.uri == hand_uri), alive[0].uri)}),
                          on_event=on_event)
         for row in brep.rows:
@@ -120,7 +120,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
                           "speedup_vs_hand": round(hand_ms / cands[0].time_ms, 4) if hand_ms else None})
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
                                  winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY))
-    doc = {"device": gpu.name, "gpus": len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
+    doc = {"device": gpu.name, "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
            "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
            "verified": sorted(good), "not_selectable": not_selectable,
            "bench_errors": dict(sorted(bench_errors.items())), "rounds": rounds, "shapes": per_shape}

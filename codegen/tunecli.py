@@ -34,7 +34,7 @@ def _loaded(project: Project) -> list[LoadedSpec]:
 
 def run_tune(project: Project, name: str, targets: list[Target] | None, *, static: bool, budget: str,
              opts: BuildOptions, timeout_s: float, out: Console, err: Console,
-             gpus: int | None = None) -> list[TuneResult]:
+             gpus: int | None = None, ray: str | None = None) -> list[TuneResult]:
     """`tilegen tune NAME`: for each target of the spec with a `search:` block (or those asked for), the
     static stages, then measured selection on the GPU present unless `static`; writes
     reports/tune/<spec>_<target>.{json,md} and, when measured, tuned/<target>/<device>.json."""
@@ -55,7 +55,7 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
 
         budget_s = parse_budget(budget)
         try:
-            gpu = detect_gpu()
+            gpu = detect_gpu() if ray is None else cluster_gpu(ray)
         except NoGpu as exc:
             raise TilegenError(f"measuring needs a GPU ({exc}); `tilegen tune {name} --static` runs the stages "
                                "that need none") from None
@@ -63,6 +63,9 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             gpu = gpu.using(gpus)
         except ValueError as exc:
             raise TilegenError(str(exc)) from None
+    if ray is not None:
+        opts = replace(opts, ray=ray)
+        err.print(f"Ray cluster {ray}: builds one CPU each{', cases one GPU each' if gpu else ''}", markup=False)
     results = []
     for target in chosen:
         err.print(f"[bold]tune {name} on {target.value}[/]")
@@ -74,7 +77,7 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
 
             with UI(out, err) as ui:
                 doc, entries = measure(result, gpu, budget_s=budget_s, jobs=opts.jobs, timeout_s=timeout_s,
-                                       on_event=ui.event)
+                                       ray=ray, on_event=ui.event)
             result = replace(result, measured=doc)
             path = lock_path(project.root, target, gpu.name)
             lock = read_lockfile(path) if path.is_file() else LockFile(target=target, device=gpu.name)
@@ -94,6 +97,19 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             err.print(f"wrote {p.relative_to(project.root)}", markup=False)
         results.append(replace(result, written=written))
     return results
+
+
+def cluster_gpu(address: str):
+    """The GPU a Ray cluster's GPU tasks get (detected inside one such task): the model the cases run on."""
+    from codegen.gpu import NoGpu, detect_gpu
+    from codegen.gpurun import RAY_GPUS_PER_CASE
+    from codegen.raypool import RayPool
+
+    with RayPool(address, num_gpus=RAY_GPUS_PER_CASE) as pool:
+        ok, value, _ = pool.call(detect_gpu)
+    if not ok:
+        raise NoGpu(f"a GPU task on the Ray cluster {address} found none: {value}")
+    return value
 
 
 def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console) -> bool:

@@ -185,7 +185,7 @@ def compiled(rendered, shape, run_target):
 
 
 # Module level: runs in the CLI process and in every worker it spawns (they import this file as __mp_main__).
-gpucli.require_gpu = lambda: GpuInfo(name="Fake H200", vendor="nvidia", run_target=Target.SM_90, l2_bytes=1 << 20,
+gpucli.require_gpu = lambda gpus=None: GpuInfo(name="Fake H200", vendor="nvidia", run_target=Target.SM_90, l2_bytes=1 << 20,
                                      torch_version="x", runtime_version="CUDA x")
 if os.environ["HANG_IN"] == "compile":
     gpu.compile_kernel = never_ends

@@ -362,3 +362,44 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
     with pytest.raises(TilegenError, match="sm_90 kernels are measured on a sm_90 GPU"):
         measure(result, SimpleNamespace(**{**gpu.__dict__, "run_target": Target.GFX942}), budget_s=1, jobs=1,
                 timeout_s=1)
+
+
+# ---- gen and bench use the lockfile -----------------------------------------------------------------------
+
+def test_gen_emits_the_tuned_configuration_of_each_fresh_entry(tmp_path):
+    from codegen.gpurun import tuning_lines
+    from codegen.instance import build_instances
+    from codegen.lockfile import tuned_instances
+    from codegen.render import render_all, workloads_text
+
+    text = edit(SM90, "    - {m: 256, n: 256, k: 256}\n", "    - {m: 256, n: 256, k: 256}\n    - {m: 512, n: 256, k: 256}\n")
+    ls = loaded(text)
+    good = Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01)
+    path = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
+    write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(_entry(ls, winner=good),)))
+    tuned, report = tuned_instances(tmp_path, [ls], [Target.SM_90])
+    assert [(i.shapes, d) for i, d in tuned] == [(((256, 256, 256),), "NVIDIA H200")]
+    files = render_all(build_instances([ls], [Target.SM_90]), tuned)
+    by_uri = {f.uri: f for f in files}
+    assert by_uri[good.uri].specs[0].tuned_on == "NVIDIA H200" and by_uri[good.uri].instance.shapes == ((256, 256, 256),)
+    hand = next(f for f in files if f.uri != good.uri)
+    assert hand.instance.shapes == ((256, 256, 256), (512, 256, 256))  # the hand kernel still serves every shape
+    assert '"tuned_on": "NVIDIA H200"' in workloads_text(files)
+    # the gfx942 search block has no lockfile, and the second sm_90 shape has no entry: both are misses
+    assert sorted(m.reason for m in report.misses) == ["miss: not tuned on NVIDIA H200"]
+    assert by_uri[good.uri].for_spec("g").instance.shapes == ((256, 256, 256),)
+
+    rows = [{"uri": u, "shape": list(s), "status": "ok", "kernel": {"median_ms": ms}}
+            for u, s, ms in ((good.uri, (256, 256, 256), 0.01), (hand.uri, (256, 256, 256), 0.02),
+                             (hand.uri, (512, 256, 256), 0.03))]
+    assert tuning_lines(files, rows, "NVIDIA H200") == [
+        f"g 256x256x256 (sm_90): tuned {good.uri} 0.0100 ms vs hand {hand.uri} 0.0200 ms, x2.000",
+        f"g 512x256x256 (sm_90): hand configuration {hand.uri} 0.0300 ms (no lockfile entry)",
+    ]
+    assert "(tuned on NVIDIA H200, timed here on NVIDIA H100)" in tuning_lines(files, rows, "NVIDIA H100")[0]
+
+    # a stale entry (another tilelang) is not used: only the hand configuration is generated
+    stale = _entry(ls, winner=good, versions={"tilelang": "0.0.1"})
+    write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(stale,)))
+    tuned, report = tuned_instances(tmp_path, [ls], [Target.SM_90])
+    assert tuned == [] and [f.reason for f in report.stale] == ["stale: versions changed: tilelang 0.0.1 -> 0.1.15"]
