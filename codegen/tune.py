@@ -335,14 +335,86 @@ class TuneResult:
         title, shown = self.shown()
         lines += ["", f"## {title}", "", *markdown_table(survivor_columns(self.target), shown)]
         if self.measured is not None:
-            lines += ["", "## measured", "", "```json", json.dumps(self.measured, indent=1), "```"]
+            lines += ["", *measured_markdown(self.measured, f"{self.spec_name}_{self.target.value}.png"),
+                      "", "### the measured document", "", "```json", json.dumps(self.measured, indent=1), "```"]
         return "\n".join(lines) + "\n"
 
 
+def measured_markdown(m: dict[str, object], plot_name: str) -> list[str]:
+    """Per shape: the winner and runner-up beside the hand configuration and torch's baselines, all timed in
+    the same run; what could not be selected; the plot."""
+    base = sorted({k for s in m["shapes"] for k in s["baselines_ms"]})
+    lines = [f"## measured on {m['device']} ({m['gpus']} GPU{'s' if m['gpus'] != 1 else ''}, {m['wall_s']} s)", "",
+             (f"Strategy: {m['strategy']}; budget {m['budget_s']:.0f} s; {len(m['verified'])} candidates verified "
+              f"(every case and negative control), {len(m['not_selectable'])} not selectable. Times: medians, L2 "
+              "flushed, all in this run."), "",
+             "| shape | winner | ms | runner-up | ms | hand ms | " + " | ".join(f"{b} ms" for b in base)
+             + " | vs hand | " + " | ".join(f"vs {b}" for b in base) + " |",
+             "|" + "---|" * (6 + 2 * len(base) + 1)]
+    for s in m["shapes"]:
+        ru = s["runner_up"] or {}
+        cells = ["x".join(map(str, s["shape"])), f"`{s['winner']['uri']}`", f"{s['winner']['time_ms']:.4f}",
+                 f"`{ru.get('uri', '-')}`", f"{ru['time_ms']:.4f}" if ru else "-",
+                 f"{s['hand_ms']:.4f}" if s["hand_ms"] else "-",
+                 *(f"{s['baselines_ms'][b]:.4f}" if b in s["baselines_ms"] else "-" for b in base),
+                 f"{s['speedup_vs_hand']:.3f}x" if s["speedup_vs_hand"] else "-",
+                 *(f"{s['speedup_vs_baselines'][b]:.3f}x" if b in s.get("speedup_vs_baselines", {}) else "-"
+                   for b in base)]
+        lines.append("| " + " | ".join(cells) + " |")
+    for d in m["not_selectable"]:
+        lines.append(f"- not selectable: `{d['uri']}` {d['statuses']} {d['error']}")
+    if m.get("candidates"):
+        lines += ["", f"![every candidate's time against the tunables]({plot_name})"]
+    return lines
+
+
+def plot_candidates(measured: dict[str, object], path: Path) -> bool:
+    """The measured candidates' times against each tunable of the space, one panel a tunable: each point a
+    candidate at one shape, its time over the best time at that shape (1.0 = the winner); the hand
+    configuration marked. False where matplotlib is missing (the `plot` extra)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    cands = measured.get("candidates") or {}
+    shapes = sorted({s for c in cands.values() for s in c["median_ms"]})
+    best = {s: min(c["median_ms"][s] for c in cands.values() if s in c["median_ms"]) for s in shapes}
+    names = sorted({k for c in cands.values() for k in c["tunables"]})
+    if not cands or not names:
+        return False
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False, sharey=True)
+    for ax, name in zip(axes[0], names):
+        values = sorted({str(c["tunables"].get(name)) for c in cands.values()})
+        for j, s in enumerate(shapes):
+            pts = [(values.index(str(c["tunables"].get(name))), c["median_ms"][s] / best[s], c["hand"])
+                   for c in cands.values() if s in c["median_ms"]]
+            offset = (j - (len(shapes) - 1) / 2) * 0.08
+            ax.scatter([x + offset for x, _, _ in pts], [y for _, y, _ in pts], s=18, label=s, alpha=0.8)
+            ax.scatter([x + offset for x, _, h in pts if h], [y for _, y, h in pts if h], s=90, facecolors="none",
+                       edgecolors="black")
+        ax.set_xticks(range(len(values)), values)
+        ax.set_xlabel(name)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("time / best time at the shape (circled: hand configuration)")
+    axes[0][-1].legend(fontsize=7, title="shape")
+    fig.suptitle(f"measured on {measured.get('device')}: every verified candidate, median of its rounds")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def write_report(root: Path, result: TuneResult) -> tuple[Path, ...]:
-    """reports/tune/<spec>_<target>.{json,md}, written only when the content changed."""
+    """reports/tune/<spec>_<target>.{json,md} (and .png, the measured candidates' plot), written only when the
+    content changed."""
     stem = root / REPORT_DIR / f"{result.spec_name}_{result.target.value}"
     written = []
+    if result.measured is not None and plot_candidates(result.measured, stem.with_suffix(".png")):
+        written.append(stem.with_suffix(".png"))
     for path, text in ((stem.with_suffix(".json"), dump_json(result.document())),
                        (stem.with_suffix(".md"), result.markdown())):
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):

@@ -66,6 +66,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     not_selectable = [{"uri": u, "statuses": dict(sorted(statuses[u].items())), "error": first_error.get(u, "")}
                       for u in sorted(files) if u not in good]
     alive: list[Point] = [p for p in survivors if p.uri in good]
+    timed = list(alive)  # every verified candidate is timed in the first round
     if not alive:
         raise TilegenError(f"{result.spec_name}: every candidate failed verification on {gpu.name}")
     hand_uri = result.part.hand.uri
@@ -117,12 +118,19 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         per_shape.append({"shape": list(s), "winner": cands[0].to_json(),
                           "runner_up": cands[1].to_json() if len(cands) > 1 else None,
                           "hand_ms": hand_ms, "baselines_ms": baselines.get(s, {}),
-                          "speedup_vs_hand": round(hand_ms / cands[0].time_ms, 4) if hand_ms else None})
+                          "speedup_vs_hand": round(hand_ms / cands[0].time_ms, 4) if hand_ms else None,
+                          "speedup_vs_baselines": {k: round(v / cands[0].time_ms, 4)
+                                                   for k, v in sorted(baselines.get(s, {}).items())}})
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
                                  winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY))
     doc = {"device": gpu.name, "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
            "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
            "verified": sorted(good), "not_selectable": not_selectable,
-           "bench_errors": dict(sorted(bench_errors.items())), "rounds": rounds, "shapes": per_shape}
+           "bench_errors": dict(sorted(bench_errors.items())), "rounds": rounds, "shapes": per_shape,
+           # every candidate timed (the median of its rounds), for the report's plot of time against the tunables
+           "candidates": {p.uri: {"tunables": p.tunables(), "hand": p.uri == hand_uri,
+                                  "median_ms": {"x".join(map(str, s)): round(statistics.median(times[(p.uri, s)]), 6)
+                                                for s in sorted({s for (u, s) in times if u == p.uri})}}
+                          for p in sorted(timed, key=lambda p: p.uri)}}
     return doc, entries
 

@@ -359,6 +359,14 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
     assert entries[0].winner.tunables == {"pipeline.stages": 4} and entries[0].strategy == STRATEGY
     assert doc["shapes"][0]["speedup_vs_hand"] == 2.0
     assert entries[0].hand_hash == hand_hash(ls, Target.SM_90)
+    assert doc["shapes"][0]["speedup_vs_baselines"] == {"torch": 1.2}  # torch 1.2 ms, the winner 1.0 ms
+    assert sorted(doc["candidates"]) == sorted([fastest, second, part.hand.uri])  # the failed one was never timed
+    md = replace(result, measured=doc).markdown()
+    assert f"| 256x256x256 | `{fastest}` | 1.0000 | `{second}` | 1.5000 | 2.0000 | 1.2000 | 2.000x | 1.200x |" in md
+    assert f"- not selectable: `{bad}`" in md
+    from codegen.tune import plot_candidates
+
+    assert plot_candidates(doc, tmp_path / "p.png") and (tmp_path / "p.png").stat().st_size > 1000
     with pytest.raises(TilegenError, match="sm_90 kernels are measured on a sm_90 GPU"):
         measure(result, SimpleNamespace(**{**gpu.__dict__, "run_target": Target.GFX942}), budget_s=1, jobs=1,
                 timeout_s=1)
