@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 from pydantic import BaseModel
 
@@ -58,8 +59,13 @@ class InstanceBase:
         family does not say (nothing is checked)."""
         return None
 
+    # fields added after kernels were named, with the value that means what the kernel did before they existed:
+    # left out of the canonical form at that value, so adding a knob renames no existing kernel
+    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {}
+
     def canonical(self, template_sha256: str) -> str:
-        data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS}
+        data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS
+                and not (k in self.IDENTITY_DEFAULTS and v == self.IDENTITY_DEFAULTS[k])}
         data["template_sha256"] = template_sha256
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 

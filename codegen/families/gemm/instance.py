@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
-from codegen.families.gemm.rules import lds_bytes
-from codegen.families.gemm.spec import GemmSpec, WarpPolicy
+from codegen.families.gemm.rules import gemv_vector, lds_bytes
+from codegen.families.gemm.spec import GemmSpec, Structure, WarpPolicy
 from codegen.hardware import Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
@@ -27,11 +28,13 @@ VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per
 class GemmInstance(InstanceBase):
     """A GEMM kernel for one target: C[M, N] = op(A) @ op(B), fully resolved."""
 
+    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0}
+
     # identity
     name: str
     target: Target
     op: str = "gemm"
-    template: str = "gemm.py.j2"
+    template: str = "gemm.py.j2"  # gemv.py.j2 for structure gemv
     # provenance (not part of the identity hash)
     spec_file: str = field(compare=False)
     # problem
@@ -45,6 +48,8 @@ class GemmInstance(InstanceBase):
     trans_a: bool
     trans_b: bool
     # tiling and schedule
+    structure: str  # Structure: tiled (gemm.py.j2) | gemv (gemv.py.j2)
+    vector: int  # elements of one global load of the gemv structure's lanes (0: tiled, TileLang's copies)
     block_m: int
     block_n: int
     block_k: int
@@ -69,6 +74,10 @@ class GemmInstance(InstanceBase):
 
     def stem(self) -> str:
         a, _, out, _ = self.spec_dtypes
+        if self.structure == Structure.GEMV.value:
+            parts = [f"gemv_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
+                     f"t{self.threads}"] + [f"u{self.unroll}"] * (self.unroll > 1)
+            return "_".join(parts) + tail_tag(self.tail)
         parts = [f"gemm_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
                  f"t{self.threads}", f"s{self.stages}"]
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
@@ -78,6 +87,9 @@ class GemmInstance(InstanceBase):
 
     # ---- template inputs ------------------------------------------------------------------
     def template_vars(self) -> dict[str, object]:
+        if self.structure == Structure.GEMV.value:
+            return {"lanes_k": self.block_k // self.vector, "predicated": self.tail != TailPolicy.NONE,
+                    "target_literal": repr(dict(self.tilelang_target))}
         a_shape = "(K, M)" if self.trans_a else "(M, K)"
         b_shape = "(N, K)" if self.trans_b else "(K, N)"
         a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
@@ -102,6 +114,8 @@ class GemmInstance(InstanceBase):
         the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it."""
         m, n, _ = shape
         bm, bn = self.block_m, self.block_n
+        if self.structure == Structure.GEMV.value:
+            return ((-(-n // bn), 1, 1),)
         if self.tail != TailPolicy.SPECIALIZED:
             return ((-(-n // bn), -(-m // bm), 1),)
         full_m, full_n = m // bm, n // bn
@@ -119,6 +133,7 @@ class GemmInstance(InstanceBase):
         return {
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
+            **({"structure": self.structure} if self.structure != Structure.TILED.value else {}),
             "shapes": [list(s) for s in self.shapes],
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                        "threads": self.threads, "policy": self.policy},
@@ -143,20 +158,26 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     hw = target.hw
     tuning, _ = spec.tuning_for(target.target)
     t = tuning.tiling
-    order, stage = explicit_schedule(target, tuning.pipeline.stages, 2, 1)  # copy A, copy B, gemm
+    gemv = tuning.structure == Structure.GEMV
+    # gemv has no LDS pipeline, MMA warp split, rasterisation or MFMA packing: those tunables do not apply
+    # and are normalised, so that points differing only in them are one kernel
+    stages = 0 if gemv else tuning.pipeline.stages
+    order, stage = (None, None) if gemv else explicit_schedule(target, stages, 2, 1)  # copy A, copy B, gemm
     d = spec.dtypes
     return GemmInstance(
-        name=spec.name, target=target.target, spec_file=spec_file,
+        name=spec.name, target=target.target, spec_file=spec_file, template="gemv.py.j2" if gemv else "gemm.py.j2",
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
         spec_dtypes=(d.a.value, d.b.value, d.out.value, d.accumulate.value),
         layout=spec.layout.value, trans_a=spec.layout.trans_a, trans_b=spec.layout.trans_b,
-        block_m=t.block_m, block_n=t.block_n, block_k=t.block_k, threads=t.threads, policy=t.policy.value,
-        stages=tuning.pipeline.stages, pipeline_order=order, pipeline_stage=stage,
-        unroll=tuning.unroll, swizzle_panel=tuning.swizzle_panel,
-        k_pack=tuning.k_pack if target.supports_k_pack else None,
+        structure=tuning.structure.value, vector=gemv_vector(spec) if gemv else 0,
+        block_m=t.block_m, block_n=t.block_n, block_k=t.block_k, threads=t.threads,
+        policy=WarpPolicy.SQUARE.value if gemv else t.policy.value,
+        stages=stages, pipeline_order=order, pipeline_stage=stage,
+        unroll=tuning.unroll, swizzle_panel=0 if gemv else tuning.swizzle_panel,
+        k_pack=tuning.k_pack if target.supports_k_pack and not gemv else None,
         tail=spec.tail, allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
-        verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=lds_bytes(spec, tuning),
+        verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=lds_bytes(spec, tuning, target),
         tilelang_target=tilelang_target(target),
     )

@@ -41,6 +41,11 @@ def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
     """GEMM: the smallest legal size, and sizes one above and one below a block multiple where the
     tail policy allows ragged sizes."""
     bm, bn, bk = inst.block_m, inst.block_n, inst.block_k * inst.unroll
+    if inst.vector:  # gemv: every m up to block_m, k in whole vectors (rule gemv_shape); one step, one round short
+        v = inst.vector
+        if inst.tail == TailPolicy.NONE:
+            return [(1, bn, bk), (bm, 3 * bn, 5 * bk)]
+        return [(1, 1, v), (bm, bn + 1, bk + v), (max(1, bm - 1), 2 * bn - 1, 3 * bk - v)]
     if inst.tail == TailPolicy.NONE:
         return [(bm, bn, bk), (3 * bm, 2 * bn, 5 * bk)]
     return [(1, 1, 1), (bm + 1, bn - 1, bk + 1), (2 * bm - 1, 2 * bn + 1, 3 * bk - 1)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout
+from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout, Structure
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
@@ -14,8 +14,22 @@ from codegen.targets.base import TargetSpec
 GemmContext = TunedContext[GemmSpec, GemmTuning]
 
 
-def lds_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
-    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers."""
+GEMV_MAX_M = 16  # the small-M path holds every row of A's products in each lane's registers
+GEMV_DTYPES = (DType.FP16, DType.BF16)
+VECTOR_BYTES = 16  # one global load per lane
+
+
+def gemv_vector(spec: GemmSpec) -> int:
+    """Elements of one 16-byte load of B (and A) in the gemv structure."""
+    return VECTOR_BYTES // DTYPE_BYTES[spec.dtypes.a]
+
+
+def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers (gemv: its
+    lanes load straight into registers; only the cross-lane sum takes one fp32 a thread, on targets whose
+    reductions go through LDS)."""
+    if tuning.structure == Structure.GEMV:
+        return tuning.tiling.threads * 4 if target.reduce_workspace_in_lds else 0
     t = tuning.tiling
     per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
     return per_stage * max(1, tuning.pipeline.stages)
@@ -75,7 +89,7 @@ def mma_shape(c: GemmContext) -> Iterator[Violation]:
 
 
 def lds_budget(c: GemmContext) -> Iterator[Violation]:
-    need = lds_bytes(c.spec, c.tuning)
+    need = lds_bytes(c.spec, c.tuning, c.target)
     have = c.hw.lds_bytes_per_workgroup
     if need > have:
         t = c.tuning.tiling
@@ -95,6 +109,8 @@ def tail_policy(c: GemmContext) -> Iterator[Violation]:
     where = f" on {c.hw.target}" if c.origin["tiling"][0] == "overrides" else ""
     for i, s in enumerate(c.spec.shapes):
         dims = (("m", s.m, "block_m", t.block_m), ("n", s.n, "block_n", t.block_n), ("k", s.k, "block_k", t.block_k))
+        if c.tuning.structure == Structure.GEMV:
+            dims = dims[1:]  # gemv serves all of M in each workgroup (rule gemv_shape)
         ragged = [f"{d}={v} is not a multiple of {b}={bv}" for d, v, b, bv in dims if v % bv]
         if ragged:
             yield Violation(rule="tail_policy", path=("shapes", i), value=None,
@@ -161,14 +177,68 @@ def edge_offset_index_width(c: GemmContext) -> Iterator[Violation]:
                                     "use tail: predicated")
 
 
+def gemv_shape(c: GemmContext) -> Iterator[Violation]:
+    """Rule gemv_shape: the small-M structure streams B's rows (N x K, K contiguous: layout nt) in 16-byte
+    vectors, block_k // vector lanes to a column of C (a power of two within one wave, which sums them with a
+    cross-lane reduction), block_n columns a workgroup, every row of A (m <= block_m <= 16) in registers."""
+    t, hw = c.tuning.tiling, c.hw
+    vec = gemv_vector(c.spec)
+    if c.spec.layout != Layout.NT:
+        yield Violation(rule="gemv_shape", path=("layout",), value=c.spec.layout.value,
+                        message="structure gemv streams B's rows along K: use layout nt (A: M x K, B: N x K)")
+    if c.spec.dtypes.a not in GEMV_DTYPES:
+        yield Violation(rule="gemv_shape", path=("dtypes", "a"), value=c.spec.dtypes.a.value,
+                        message=f"structure gemv takes {' or '.join(d.value for d in GEMV_DTYPES)} inputs")
+        return
+    if t.block_m > GEMV_MAX_M:
+        yield Violation(rule="gemv_shape", path=c.at("tiling", "block_m"), value=t.block_m,
+                        message=f"structure gemv keeps every row of A in registers: at most {GEMV_MAX_M} rows")
+    for i, s in enumerate(c.spec.shapes):
+        if s.m > t.block_m:
+            yield Violation(rule="gemv_shape", path=("shapes", i), value=None,
+                            message=f"m={s.m} is over tiling.block_m={t.block_m}, the rows one gemv workgroup serves")
+        if s.k % vec:
+            yield Violation(rule="gemv_shape", path=("shapes", i), value=None,
+                            message=f"k={s.k} is not a multiple of {vec}: gemv loads K in {VECTOR_BYTES}-byte vectors")
+    lanes = t.block_k // vec
+    if t.block_k % vec or lanes & (lanes - 1) or lanes > hw.wave_lanes:
+        yield Violation(rule="gemv_shape", path=c.at("tiling", "block_k"), value=t.block_k,
+                        message=f"must be {vec} (one {VECTOR_BYTES}-byte vector) times a power of two up to "
+                                f"{hw.wave_lanes} (the lanes of one {hw.wave_word} that sum a column)")
+    elif t.threads != lanes * t.block_n:
+        yield Violation(rule="gemv_shape", path=c.at("tiling", "threads"), value=t.threads,
+                        message=f"must be block_n * block_k / {vec} = {lanes * t.block_n}: one lane per vector "
+                                "of a K step, for each of the block's columns")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel,
     edge_offset_index_width,
 )
+def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
+    if c.spec.tail != TailPolicy.NONE:
+        return
+    bk, u = c.tuning.tiling.block_k, c.tuning.unroll
+    if u == 1:
+        return  # tail_policy says it
+    for i, s in enumerate(c.spec.shapes):
+        if s.k % (bk * u):
+            yield Violation(rule="unroll_divides", path=c.at("unroll"), value=u,
+                            message=f"shapes[{i}].k={s.k} is not a multiple of block_k*unroll={bk * u}")
+
+
+
+# the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
+# apply to it); unroll is the number of K steps in flight per lane
+GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, wave_multiple, gemv_shape, tail_policy, gemv_unroll,
+                                     k_pack_target)
+
+
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:
-    """Every GEMM legality rule on one target."""
+    """Every GEMM legality rule of the structure the spec asks for on one target."""
     tuning, origin = spec.tuning_for(target.target)
     ctx = GemmContext(spec=spec, target=target, tuning=tuning, origin=origin)
-    return [v for rule in GEMM_RULES for v in rule(ctx)]
+    rules = GEMV_RULES if tuning.structure == Structure.GEMV else GEMM_RULES
+    return [v for rule in rules for v in rule(ctx)]

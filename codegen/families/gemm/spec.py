@@ -48,6 +48,17 @@ class Layout(StrEnum):
         return self.value[1] == "t"
 
 
+class Structure(StrEnum):
+    """How the product is laid over workgroups. tiled: MMA tiles of block_m x block_n, the K loop through
+    LDS/shared memory. gemv: the small-M path (M <= 16, layout nt) -- no matrix cores; each workgroup owns
+    block_n columns of C, its lanes stream B's rows along K in 16-byte vectors (block_k elements of K per
+    step across the lanes of a column), every row of A is applied to each vector, and the lanes of a column
+    sum their partials with a cross-lane reduction: B, the large operand, is read once."""
+
+    TILED = "tiled"
+    GEMV = "gemv"
+
+
 class GemmDTypes(Model):
     a: DType
     b: DType
@@ -77,9 +88,11 @@ class GemmTuning(Model):
     unroll: PositiveInt = 1
     swizzle_panel: NonNegativeInt = 0
     k_pack: Literal[1, 2] = 1
+    structure: Structure = Structure.TILED
 
 
 class GemmOverride(Model):
+    structure: Structure | None = None
     tiling: Tiling | None = None
     pipeline: Pipeline | None = None
     unroll: PositiveInt | None = None
@@ -98,6 +111,7 @@ class GemmSpec(Model):
     unroll: PositiveInt = 1
     swizzle_panel: NonNegativeInt = 0
     k_pack: Literal[1, 2] = 1
+    structure: Structure = Structure.TILED
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -113,7 +127,7 @@ class GemmSpec(Model):
 
 
 GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
-                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail")
+                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 
@@ -138,6 +152,7 @@ STARTER = """\
   unroll: 1                 # K-loop unroll factor (only with stages <= 1)
   swizzle_panel: 0          # 0 = off; else a power of two: block rasterization panel for L2 reuse
   k_pack: 1                 # gfx942 only: 1 or 2 MFMA ops packed along K
+  structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
   tail: none                # none | predicated | specialized
   targets: [gfx942, sm_90]
   # overrides:              # per-target replacements of tiling / pipeline / unroll / swizzle_panel / k_pack
