@@ -265,14 +265,18 @@ def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None
 def profile(
     name: Annotated[str, typer.Argument(help="Spec name or kernel URI (one kernel).", show_default=False)],
     shape: Annotated[str | None, typer.Option("--shape", help="Sizes joined by 'x' (default: the spec's first shape).")] = None,
-    out_dir: ReportDir = None,
+    folder: Annotated[Path | None, typer.Option(
+        "--out", help="Write the report files into this folder itself (default: <project>/reports/<device>/profile/).",
+        show_default=False)] = None,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Profile the torch baselines too.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds one profiler run may take.")] = 900.0,
 ) -> None:
     """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD): DRAM
     bandwidth, L2 hit rate, occupancy, tensor pipe, stalls and a verdict, under reports/<gpu>/profile/."""
     from codegen.profile import run_profile
 
     project = _project()
-    report, paths = _run(lambda: run_profile(project, name, shape, out_dir=out_dir))
+    report, paths = _run(lambda: run_profile(project, name, shape, folder=folder, baselines=baselines, timeout_s=timeout))
     out.print(report.verdict + (f" — knobs: {', '.join(report.knobs)}" if report.knobs else ""), markup=False)
     for p in paths:
         out.print(f"wrote {p}", markup=False)
@@ -315,6 +319,8 @@ def tune(
     jobs: Jobs = None,
     timeout: Timeout = 300.0,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
+    profile_top: Annotated[int, typer.Option(
+        "--profile-top", min=0, help="After measured selection, profile the N best candidates (ncu / rocprofv3).")] = 0,
 ) -> None:
     """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
     from codegen.build import BuildOptions
@@ -330,7 +336,7 @@ def tune(
         raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
-                          out=out, err=err))
+                          out=out, err=err, profile_top=profile_top))
 
 
 @app.command()
