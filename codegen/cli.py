@@ -283,6 +283,38 @@ def profile(
 
 
 @app.command()
+def sass(
+    names: NamesArg = None,
+    all_: AllOpt = False,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="The report file (default: <project>/reports/static/sm_90_sass.json).", show_default=False)] = None,
+    jobs: Jobs = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
+) -> None:
+    """sm_90 SASS of the built cubins (cuobjdump -sass): LDG/STG widths, LDGSTS, TMA, HGMMA, LDL/STL; [vector_loads]."""
+    import json
+
+    from codegen.targets.sm90_sass import run_sass
+
+    _require_selection(names, all_)
+    project = _project()
+    doc, builds = _run(lambda: run_sass(project, names or [], all_, cache_dir=cache_dir, jobs=jobs))
+    path = out_file or project.root / "reports" / "static" / "sm_90_sass.json"
+    from codegen.build import dump_json
+
+    write_text_atomic(path, dump_json(json.loads(json.dumps(doc))))
+    for b in builds:
+        for k, warnings in b.kernels:
+            loads = ", ".join(f"{n} x {w} B" for w, n in k.global_loads.items()) or "none"
+            out.print(f"{k.symbol} {'x'.join(map(str, b.shape))}: LDG {loads}; LDGSTS {sum(k.ldgsts.values())}, "
+                      f"UTMALDG {k.tma_loads}, HGMMA {sum(k.hgmma.values())}, LDL/STL {k.local_loads}/{k.local_stores}",
+                      markup=False)
+            for w in warnings:
+                err.print(f"warning: {k.symbol}: {w}", markup=False)
+    out.print(f"wrote {path}", markup=False)
+
+
+@app.command()
 def build(
     names: NamesArg = None,
     all_: AllOpt = False,

@@ -175,3 +175,57 @@ def test_bank_model_counts_distinct_dwords_per_bank_per_group():
 def test_no_bank_count_no_estimate():
     isa = analyse((ISA / "lds_conflicting.s").read_text())
     assert isa.lds_banks is None and isa.to_json()["lds_bank_conflicts"] == BANK_CONFLICTS_NOT_ESTIMATED
+
+
+# ---- sm_90 SASS (cuobjdump -sass), when cuobjdump is present ------------------------------------------
+
+@pytest.mark.parametrize("opcode, nbytes", [
+    ("LDG.E.128", 16), ("LDG.E.128.CONSTANT", 16), ("LDG.E.64", 8), ("LDG.E", 4), ("LDG.E.U16", 2),
+    ("LDG.E.S8", 1), ("STG.E.U16", 2), ("LDGSTS.E.BYPASS.LTC128B.128", 16), ("LDGSTS.E", 4),
+    ("LDG.E.EL.LTC128B.U16", 2),  # LTC128B is an L2 hint, not a width
+])
+def test_sass_access_bytes(opcode, nbytes):
+    from codegen.targets.sm90_sass import sass_access_bytes
+
+    assert sass_access_bytes(opcode) == nbytes
+
+
+def test_sass_scalar_loads_flagged_128_bit_and_tma_not():
+    from codegen.targets.sm90_sass import parse_sass, sass_vector_warnings
+
+    ks = {k.symbol: k for k in parse_sass((ISA / "sm90_cut.sass").read_text())}
+    assert list(ks) == ["rows_scalar_kernel", "rows_vector_kernel", "gemm_tma_kernel"]
+    scalar, vector, gemm = ks.values()
+    assert scalar.global_loads == {2: 2} and scalar.global_stores == {2: 1}  # the predicated @!P0 LDG counted
+    assert (scalar.local_loads, scalar.local_stores) == (1, 1)  # LDL / STL: spills or stack
+    (warning,) = sass_vector_warnings(scalar, 16)
+    assert "no 16-byte global loads in the SASS" in warning and "[vector_loads]" in warning
+    assert vector.global_loads == {16: 2, 4: 1} and vector.global_stores == {16: 1}
+    assert sass_vector_warnings(vector, 16) == []  # 1 narrow of 3: not most
+    assert sass_vector_warnings(scalar, None) == []  # the family does not say: nothing checked
+    assert (gemm.tma_loads, gemm.ldgsts, gemm.hgmma) == (2, {16: 1}, {"64x128x16.F32": 2})
+    assert sass_vector_warnings(gemm, 16) == []
+    j = gemm.to_json()
+    assert j["source"] == "sass" and j["hgmma"] == 2 and j["local_loads"] == 0
+
+
+def test_sass_report_refused_without_cuobjdump(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from codegen.cli import app
+    from codegen.targets import sm90_sass
+
+    monkeypatch.setattr(sm90_sass.shutil, "which", lambda name: None)
+    monkeypatch.setattr("codegen.targets.sm90.find_nvcc", lambda: tmp_path / "nvcc")  # no cuobjdump beside it
+    out = tmp_path / "sass.json"
+    result = CliRunner().invoke(app, ["sass", "rmsnorm_fp16", "--out", str(out)])
+    assert result.exit_code == 1 and "cuobjdump not found" in result.output and not out.exists()
+
+
+def test_committed_sm90_report_reads_the_ptx_on_every_machine():
+    """sm_90.json must not depend on whether cuobjdump is installed: always the PTX, one fixed sentence."""
+    from codegen.targets.ptx_memory import SASS_NOT_READ
+
+    doc = json.loads((ROOT / "reports" / "static" / "sm_90.json").read_text())
+    blocks = [k["isa"] for b in doc["builds"] for k in b["kernels"]]
+    assert blocks and all(i["source"] == "ptx" and i["sass"] == SASS_NOT_READ for i in blocks)
