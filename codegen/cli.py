@@ -270,17 +270,53 @@ def bench(names: NamesArg = None, all_: AllOpt = False, target: TargetOpt = None
 def profile(
     name: Annotated[str, typer.Argument(help="Spec name or kernel URI (one kernel).", show_default=False)],
     shape: Annotated[str | None, typer.Option("--shape", help="Sizes joined by 'x' (default: the spec's first shape).")] = None,
-    out_dir: ReportDir = None,
+    folder: Annotated[Path | None, typer.Option(
+        "--out", help="Write the report files into this folder itself (default: <project>/reports/<device>/profile/).",
+        show_default=False)] = None,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Profile the torch baselines too.")] = True,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds one profiler run may take.")] = 900.0,
 ) -> None:
     """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD): DRAM
     bandwidth, L2 hit rate, occupancy, tensor pipe, stalls and a verdict, under reports/<gpu>/profile/."""
     from codegen.profile import run_profile
 
     project = _project()
-    report, paths = _run(lambda: run_profile(project, name, shape, out_dir=out_dir))
+    report, paths = _run(lambda: run_profile(project, name, shape, folder=folder, baselines=baselines, timeout_s=timeout))
     out.print(report.verdict + (f" — knobs: {', '.join(report.knobs)}" if report.knobs else ""), markup=False)
     for p in paths:
         out.print(f"wrote {p}", markup=False)
+
+
+@app.command()
+def sass(
+    names: NamesArg = None,
+    all_: AllOpt = False,
+    out_file: Annotated[Path | None, typer.Option(
+        "--out", help="The report file (default: <project>/reports/static/sm_90_sass.json).", show_default=False)] = None,
+    jobs: Jobs = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
+) -> None:
+    """sm_90 SASS of the built cubins (cuobjdump -sass): LDG/STG widths, LDGSTS, TMA, HGMMA, LDL/STL; [vector_loads]."""
+    import json
+
+    from codegen.targets.sm90_sass import run_sass
+
+    _require_selection(names, all_)
+    project = _project()
+    doc, builds = _run(lambda: run_sass(project, names or [], all_, cache_dir=cache_dir, jobs=jobs))
+    path = out_file or project.root / "reports" / "static" / "sm_90_sass.json"
+    from codegen.build import dump_json
+
+    write_text_atomic(path, dump_json(json.loads(json.dumps(doc))))
+    for b in builds:
+        for k, warnings in b.kernels:
+            loads = ", ".join(f"{n} x {w} B" for w, n in k.global_loads.items()) or "none"
+            out.print(f"{k.symbol} {'x'.join(map(str, b.shape))}: LDG {loads}; LDGSTS {sum(k.ldgsts.values())}, "
+                      f"UTMALDG {k.tma_loads}, HGMMA {sum(k.hgmma.values())}, LDL/STL {k.local_loads}/{k.local_stores}",
+                      markup=False)
+            for w in warnings:
+                err.print(f"warning: {k.symbol}: {w}", markup=False)
+    out.print(f"wrote {path}", markup=False)
 
 
 @app.command()
@@ -324,6 +360,8 @@ def tune(
         "--ray", help="Run builds and GPU cases as Ray tasks on the cluster at ADDRESS (or `auto`); needs tilegen[ray].",
         show_default=False)] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
+    profile_top: Annotated[int, typer.Option(
+        "--profile-top", min=0, help="After measured selection, profile the N best candidates (ncu / rocprofv3).")] = 0,
 ) -> None:
     """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
     from codegen.build import BuildOptions
@@ -339,7 +377,7 @@ def tune(
         raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
-                          gpus=gpus, ray=ray, out=out, err=err))
+                          gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top))
 
 
 @app.command()

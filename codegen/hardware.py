@@ -65,3 +65,6 @@ class Hardware:
     # None where there is no such limit. Rule grid_limit reads both.
     max_grid_workgroups: tuple[int, int, int]
     max_grid_work_items: int | None
+    # LDS banks of 4 bytes, for the static bank-conflict estimate (codegen.targets.amdgcn_isa); None: not
+    # recorded for this target, no estimate.
+    lds_banks: int | None = None

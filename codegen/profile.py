@@ -16,8 +16,19 @@ VALUBusy, SQ_INSTS_MFMA and SQ_VALU_MFMA_BUSY_CYCLES / GRBM_GUI_ACTIVE for the M
 This path is written against rocprofv3's documented CSV format and tested on a sample written from it;
 it has NOT run on an MI300X. Baselines are not profiled on AMD (no NVTX-range filter is used there).
 
+Cost under ncu: ncu replays each profiled kernel once per counter pass. The kernel gets every section
+above; a baseline gets only BASELINE_SECTIONS (time, DRAM bytes, L2 hit, occupancy, tensor pipe: no stall
+or memory-workload tables), so a family with several baselines (attention: SDPA, explicit math, its
+torch.compile) costs a few passes each. ncu follows the Python process only (`--target-processes
+application-only`: not TileLang's nvcc, not torch.compile's worker processes). `--no-baselines` profiles the
+kernel alone; `timeout_s` bounds each profiler run.
+
 A profiler that is missing is one line naming how to get it (exit 1); nothing is written unless every
-subject was profiled and parsed. Reports: reports/<gpu>/profile/<kernel>_<shape>.{json,md}.
+subject was profiled and parsed. Reports: reports/<gpu>/profile/<kernel>_<shape>.{json,md}, or the files
+straight into the folder given as `folder` (`tilegen profile --out DIR`: DIR itself, no sub-folders).
+
+`profile_candidates` profiles the N best measured candidates of `tilegen tune` (`--profile-top N`) with the
+same machinery and returns one row of counters per candidate and shape.
 """
 
 from __future__ import annotations
@@ -100,9 +111,11 @@ class Measured:
 
 NCU_SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats",
                 "ComputeWorkloadAnalysis")
+BASELINE_SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")  # fewer passes: no stalls, no memory tables
 NCU_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
                "dram__throughput.avg.pct_of_peak_sustained_elapsed", "lts__t_sector_hit_rate.pct",
-               "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__throughput.avg.pct_of_peak_sustained_elapsed")
+               "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+               "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active")
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _TIME_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
 _STALL_RE = re.compile(r"^smsp__average_warps?_(?:latency_)?issue_stalled_([a-z_]+?)(?:_per_issue_active)?\.ratio$")
@@ -312,8 +325,10 @@ GET_ROCPROF = ("rocprofv3 not found on PATH: it comes with ROCm's rocprofiler-sd
                "rocprofiler-sdk`, then /opt/rocm/bin on PATH; https://rocm.docs.amd.com/projects/rocprofiler-sdk)")
 
 
-def _child(root: Path, uri: str, shape: str, subject: str) -> list[str]:
-    return [sys.executable, "-m", "codegen.profile_child", str(root), uri, shape, subject]
+def _child(root: Path, uri: str, shape: str, subject: str, rendered_file: Path | None = None) -> list[str]:
+    """The profiled process; `rendered_file`: a pickled RenderedFile (a tune candidate is in no spec)."""
+    return [sys.executable, "-m", "codegen.profile_child", str(root), uri, shape, subject,
+            *([str(rendered_file)] if rendered_file else [])]
 
 
 def _child_env() -> dict[str, str]:
@@ -323,12 +338,12 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": here + (os.pathsep + rest if rest else "")}
 
 
-def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], what: str, timeout_s: float = PROFILE_TIMEOUT_S) -> subprocess.CompletedProcess:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROFILE_TIMEOUT_S, check=False,
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False,
                               env=_child_env())
     except subprocess.TimeoutExpired:
-        raise TilegenError(f"{what} timed out after {PROFILE_TIMEOUT_S} s") from None
+        raise TilegenError(f"{what} timed out after {timeout_s:g} s") from None
     if proc.returncode != 0:
         text = (proc.stderr + proc.stdout).strip()
         if "ERR_NVGPUCTRPERM" in text:
@@ -339,12 +354,13 @@ def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def ncu_command(ncu: str, log: Path, kernel_regex: str | None, child: list[str]) -> list[str]:
-    cmd = [ncu, "--clock-control", "none", "--csv", "--page", "raw", "--print-units", "base",
-           "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--log-file", str(log)]
+def ncu_command(ncu: str, log: Path, kernel_regex: str | None, child: list[str],
+                sections: tuple[str, ...] = NCU_SECTIONS) -> list[str]:
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "application-only", "--csv", "--page", "raw",
+           "--print-units", "base", "--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--log-file", str(log)]
     if kernel_regex:
         cmd += ["--kernel-name", f"regex:{kernel_regex}"]
-    for s in NCU_SECTIONS:
+    for s in sections:
         cmd += ["--section", s]
     cmd += ["--metrics", ",".join(NCU_METRICS)]
     return cmd + child
@@ -364,24 +380,28 @@ def find_profiler(vendor: str) -> str:
     return found
 
 
-def profile_nvidia(ncu: str, root: Path, uri: str, shape: str, baselines: list[str]) -> list[Measured]:
+def profile_nvidia(ncu: str, root: Path, uri: str, shape: str, baselines: list[str], *,
+                   timeout_s: float = PROFILE_TIMEOUT_S, rendered_file: Path | None = None) -> list[Measured]:
     out = []
     with tempfile.TemporaryDirectory(prefix="tilegen-ncu-") as tmp:
         for subject in ["kernel", *(f"baseline:{b}" for b in baselines)]:
             log = Path(tmp) / f"{subject.replace(':', '_')}.csv"
-            _run(ncu_command(ncu, log, f"^{uri}" if subject == "kernel" else None, _child(root, uri, shape, subject)),
-                 f"ncu on {subject}")
+            kernel = subject == "kernel"
+            _run(ncu_command(ncu, log, f"^{uri}" if kernel else None, _child(root, uri, shape, subject, rendered_file),
+                             NCU_SECTIONS if kernel else BASELINE_SECTIONS),
+                 f"ncu on {subject}", timeout_s)
             out.append(ncu_measured(subject, parse_ncu_raw_csv(log.read_text(encoding="utf-8"))))
     return out
 
 
-def profile_amd(rocprof: str, root: Path, uri: str, shape: str, hw: Hardware) -> list[Measured]:
+def profile_amd(rocprof: str, root: Path, uri: str, shape: str, hw: Hardware, *,
+                timeout_s: float = PROFILE_TIMEOUT_S, rendered_file: Path | None = None) -> list[Measured]:
     passes = []
     with tempfile.TemporaryDirectory(prefix="tilegen-rocprof-") as tmp:
         for i, counters in enumerate(ROCPROF_PASSES):
             d = Path(tmp) / f"pass{i}"
-            _run(rocprof_command(rocprof, d, counters, f"^{uri}", _child(root, uri, shape, "kernel")),
-                 f"rocprofv3 pass {i} ({' '.join(counters)})")
+            _run(rocprof_command(rocprof, d, counters, f"^{uri}", _child(root, uri, shape, "kernel", rendered_file)),
+                 f"rocprofv3 pass {i} ({' '.join(counters)})", timeout_s)
             found = sorted(d.rglob("*counter_collection.csv"))
             # a counter this GPU does not define: rocprofv3 may write no CSV and still exit 0
             passes.append(parse_rocprof_csv(found[0].read_text(encoding="utf-8")) if found else {})
@@ -505,8 +525,62 @@ def parse_shape(text: str | None, rendered: RenderedFile) -> tuple[int, ...]:
     return shape
 
 
-def run_profile(project, name: str, shape_text: str | None, *, out_dir: Path | None = None) -> tuple[ProfileReport, tuple[Path, Path]]:
-    """Profile NAME (spec name or URI) at one shape on the GPU present; write its report; return it and the paths."""
+def profile_rendered(rendered: RenderedFile, shape: tuple[int, ...], gpu, profiler: str, root: Path, *,
+                     baselines: bool = True, timeout_s: float = PROFILE_TIMEOUT_S,
+                     rendered_file: Path | None = None) -> ProfileReport:
+    """One kernel (and, on NVIDIA, its torch baselines unless `baselines` is False) at one shape under the
+    GPU's profiler; nothing written. `rendered_file`: the kernel pickled, for one that is in no spec."""
+    from codegen.targets import HARDWARE
+
+    shape_arg = "x".join(map(str, shape))
+    hw = HARDWARE[gpu.run_target]
+    notes = []
+    if gpu.vendor == "nvidia":
+        names = []
+        if baselines:
+            names = json.loads(_run(_child(root, rendered.uri, shape_arg, "names", rendered_file), "listing the baselines",
+                                    timeout_s).stdout.strip().splitlines()[-1])
+        subjects = profile_nvidia(profiler, root, rendered.uri, shape_arg, names, timeout_s=timeout_s,
+                                  rendered_file=rendered_file)
+        tool = (f"ncu --clock-control none --target-processes application-only (kernel: sections "
+                f"{', '.join(NCU_SECTIONS)}; baselines: {', '.join(BASELINE_SECTIONS)})")
+        notes.append("ncu replays each kernel once per counter pass with caches flushed between passes (its default "
+                     "--cache-control all); times are ncu's gpu__time_duration, not bench's event times.")
+        if not baselines:
+            notes.append("baselines not profiled (--no-baselines).")
+    else:
+        subjects = profile_amd(profiler, root, rendered.uri, shape_arg, hw, timeout_s=timeout_s,
+                               rendered_file=rendered_file)
+        tool = f"rocprofv3 --pmc ({len(ROCPROF_PASSES)} passes)"
+        notes.append("rocprofv3 path: written from rocprofv3's documented counter_collection.csv format and tested on "
+                     "a sample written from it; not yet run on an MI300X. Baselines not profiled on AMD.")
+        notes.append("tensor pipe % on AMD = SQ_VALU_MFMA_BUSY_CYCLES / (GRBM_GUI_ACTIVE x CUs x SIMDs per CU).")
+    kernel = subjects[0]
+    bottleneck, line, knobs = verdict(kernel, hw, rendered.instance)
+    if kernel.missing:
+        notes.append(f"not reported by the profiler: {', '.join(kernel.missing)}")
+    return ProfileReport(uri=rendered.uri, name=rendered.instance.name, target=rendered.instance.target.value,
+                         shape=shape, gpu=gpu.name, profiler=tool, bottleneck=bottleneck, verdict=line, knobs=knobs,
+                         subjects=subjects, peak_dram_gbps=hw.hbm_bandwidth_tbps * 1e3, notes=notes)
+
+
+def write_profile(report: ProfileReport, rendered: RenderedFile, hw: Hardware, folder: Path) -> tuple[Path, Path]:
+    """The report's JSON and Markdown (and pictures, with matplotlib) straight into `folder`."""
+    from codegen.families import family
+    from codegen.hardware import DType
+
+    paths = report_paths(folder, report.uri, report.shape)
+    write_text_atomic(paths[0], json.dumps(report.to_json(hw), indent=2) + "\n")
+    write_text_atomic(paths[1], markdown(report, hw))
+    inst = rendered.instance
+    pictures(report, hw, family(inst).numerics.flops(inst, report.shape), DType(inst.spec_dtypes[0]), folder)
+    return paths
+
+
+def run_profile(project, name: str, shape_text: str | None, *, folder: Path | None = None, baselines: bool = True,
+                timeout_s: float = PROFILE_TIMEOUT_S) -> tuple[ProfileReport, tuple[Path, Path]]:
+    """Profile NAME (spec name or URI) at one shape on the GPU present; write its report into `folder` (default
+    reports/<gpu>/profile/); return it and the paths."""
     from codegen.gpucli import require_gpu
     from codegen.report import device_slug
     from codegen.targets import HARDWARE
@@ -520,36 +594,113 @@ def run_profile(project, name: str, shape_text: str | None, *, out_dir: Path | N
         raise TilegenError(f"'{name}' names {len(files)} kernels: profile one by its URI ({', '.join(f.uri for f in files)})")
     rendered = files[0]
     shape = parse_shape(shape_text, rendered)
-    shape_arg = "x".join(map(str, shape))
-    hw = HARDWARE[gpu.run_target]
-    notes = []
-    if gpu.vendor == "nvidia":
-        names = json.loads(_run(_child(project.root, rendered.uri, shape_arg, "names"), "listing the baselines").stdout
-                           .strip().splitlines()[-1])
-        subjects = profile_nvidia(profiler, project.root, rendered.uri, shape_arg, names)
-        tool = f"ncu --clock-control none (sections {', '.join(NCU_SECTIONS)})"
-        notes.append("ncu replays each kernel once per counter pass with caches flushed between passes (its default "
-                     "--cache-control all); times are ncu's gpu__time_duration, not bench's event times.")
-    else:
-        subjects = profile_amd(profiler, project.root, rendered.uri, shape_arg, hw)
-        tool = f"rocprofv3 --pmc ({len(ROCPROF_PASSES)} passes)"
-        notes.append("rocprofv3 path: written from rocprofv3's documented counter_collection.csv format and tested on "
-                     "a sample written from it; not yet run on an MI300X. Baselines not profiled on AMD.")
-        notes.append("tensor pipe % on AMD = SQ_VALU_MFMA_BUSY_CYCLES / (GRBM_GUI_ACTIVE x CUs x SIMDs per CU).")
-    kernel = subjects[0]
-    bottleneck, line, knobs = verdict(kernel, hw, rendered.instance)
-    if kernel.missing:
-        notes.append(f"not reported by the profiler: {', '.join(kernel.missing)}")
-    report = ProfileReport(uri=rendered.uri, name=rendered.instance.name, target=rendered.instance.target.value,
-                           shape=shape, gpu=gpu.name, profiler=tool, bottleneck=bottleneck, verdict=line, knobs=knobs,
-                           subjects=subjects, peak_dram_gbps=hw.hbm_bandwidth_tbps * 1e3, notes=notes)
-    folder = (out_dir or project.reports_dir) / device_slug(gpu.name) / "profile"
-    paths = report_paths(folder, rendered.uri, shape)
-    write_text_atomic(paths[0], json.dumps(report.to_json(hw), indent=2) + "\n")
-    write_text_atomic(paths[1], markdown(report, hw))
-    from codegen.families import family
-    from codegen.hardware import DType
+    report = profile_rendered(rendered, shape, gpu, profiler, project.root, baselines=baselines, timeout_s=timeout_s)
+    folder = folder or project.reports_dir / device_slug(gpu.name) / "profile"
+    return report, write_profile(report, rendered, HARDWARE[gpu.run_target], folder)
 
-    inst = rendered.instance
-    pictures(report, hw, family(inst).numerics.flops(inst, shape), DType(inst.spec_dtypes[0]), folder)
-    return report, paths
+
+# ---- the tuner's best candidates (`tilegen tune --profile-top N`) ---------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class CandidateProfile:
+    """One measured tune candidate at one shape: its place and time from measured selection beside what the
+    profiler read (None where it did not report, or where the profile failed: `error`)."""
+
+    rank: int  # 1 = the best by measured selection's final score
+    uri: str
+    shape: tuple[int, ...]
+    score: float | None  # measured selection's geometric-mean ratio to the best (1.0 = best)
+    time_ms: float | None  # bench median from measured selection (winner, runner-up, hand), where it has one
+    profiled_us: float | None = None  # ncu's / rocprofv3's kernel duration
+    dram_gbps: float | None = None
+    dram_pct_of_peak: float | None = None
+    l2_hit_pct: float | None = None
+    achieved_occupancy_pct: float | None = None
+    tensor_pipe_pct: float | None = None
+    verdict: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def _cell(fmt: str):
+    return lambda v: "-" if v is None else format(v, fmt)
+
+
+def candidate_columns():
+    """The table of `tilegen tune --profile-top N`: one column definition (terminal and report)."""
+    from codegen.columns import Column
+
+    return (
+        Column(header="#", value=lambda r: r.rank, justify="right"),
+        Column(header="candidate", value=lambda r: r.uri),
+        Column(header="shape", value=lambda r: "x".join(map(str, r.shape))),
+        Column(header="score", value=lambda r: r.score, fmt=_cell(".3f"), justify="right"),
+        Column(header="bench ms", value=lambda r: r.time_ms, fmt=_cell(".4f"), justify="right"),
+        Column(header="profiled us", value=lambda r: r.profiled_us, fmt=_cell(".1f"), justify="right"),
+        Column(header="DRAM GB/s", value=lambda r: r.dram_gbps, fmt=_cell(".0f"), justify="right"),
+        Column(header="% peak", value=lambda r: r.dram_pct_of_peak, fmt=_cell(".0f"), justify="right"),
+        Column(header="L2 hit %", value=lambda r: r.l2_hit_pct, fmt=_cell(".1f"), justify="right"),
+        Column(header="occupancy %", value=lambda r: r.achieved_occupancy_pct, fmt=_cell(".1f"), justify="right"),
+        Column(header="tensor %", value=lambda r: r.tensor_pipe_pct, fmt=_cell(".1f"), justify="right"),
+        Column(header="verdict", value=lambda r: r.verdict or (f"error: {r.error}" if r.error else None)),
+    )
+
+
+def measured_ranking(measured: dict[str, object]) -> tuple[list[tuple[str, float]], dict[tuple[str, tuple], float]]:
+    """From codegen.tune_measure's document: the survivors of the last round, best first, with their scores, and
+    the bench medians it kept ((uri, shape) -> ms: each shape's winner, runner-up and the hand configuration)."""
+    rounds = measured.get("rounds") or []
+    scores = dict(rounds[-1]["scores"]) if rounds else {}
+    ranked = sorted(scores.items(), key=lambda kv: (kv[1], kv[0]))
+    times: dict[tuple[str, tuple], float] = {}
+    for s in measured.get("shapes", []):
+        shape = tuple(s["shape"])
+        for key in ("winner", "runner_up"):
+            if s.get(key):
+                times[(s[key]["uri"], shape)] = float(s[key]["time_ms"])
+    return ranked, times
+
+
+def profile_candidates(files: dict[str, RenderedFile], measured: dict[str, object], top: int, gpu, root: Path, *,
+                       timeout_s: float = PROFILE_TIMEOUT_S, profile_one=None) -> list[CandidateProfile]:
+    """The `top` best candidates of measured selection, each at every measured shape, under the GPU's profiler
+    (no baselines); a candidate whose profile fails keeps its row with the error. `profile_one(rendered, shape,
+    rendered_file) -> ProfileReport` replaces the profiler (tests)."""
+    import pickle
+
+    from codegen.targets import HARDWARE
+
+    if top < 1:
+        return []
+    hw = HARDWARE[gpu.run_target]
+    ranked, times = measured_ranking(measured)
+    shapes = [tuple(s["shape"]) for s in measured.get("shapes", [])]
+    if profile_one is None:
+        profiler = find_profiler(gpu.vendor)
+
+        def profile_one(rendered, shape, rendered_file):
+            return profile_rendered(rendered, shape, gpu, profiler, root, baselines=False, timeout_s=timeout_s,
+                                    rendered_file=rendered_file)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tilegen-candidates-") as tmp:
+        for rank, (uri, score) in enumerate(ranked[:top], start=1):
+            rendered = files[uri]
+            pickled = Path(tmp) / f"{uri}.pickle"
+            pickled.write_bytes(pickle.dumps(rendered))
+            for shape in shapes:
+                base = {"rank": rank, "uri": uri, "shape": shape, "score": score, "time_ms": times.get((uri, shape))}
+                try:
+                    rep = profile_one(rendered, shape, pickled)
+                except TilegenError as exc:
+                    rows.append(CandidateProfile(**base, error=str(exc).splitlines()[0]))
+                    continue
+                k = rep.subjects[0]
+                rows.append(CandidateProfile(
+                    **base, profiled_us=k.duration_ns / 1e3, dram_gbps=k.dram_gbps(), dram_pct_of_peak=k.dram_pct_of_peak(hw),
+                    l2_hit_pct=k.l2_hit_pct, achieved_occupancy_pct=k.achieved_occupancy_pct,
+                    tensor_pipe_pct=k.tensor_pipe_pct, verdict=rep.verdict))
+    return rows

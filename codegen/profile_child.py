@@ -2,8 +2,9 @@
 kernel or one torch baseline -- at one shape, compiled and fed as verify/bench do (codegen.gpu.compile_kernel,
 the family's Numerics make_inputs / launch / baselines).
 
-`python -m codegen.profile_child ROOT URI SHAPE SUBJECT` with SUBJECT `kernel` or `baseline:<name>`;
-SUBJECT `names` prints the family's baseline names as one JSON line and runs nothing.
+`python -m codegen.profile_child ROOT URI SHAPE SUBJECT [RENDERED]` with SUBJECT `kernel` or `baseline:<name>`;
+SUBJECT `names` prints the family's baseline names as one JSON line and runs nothing. RENDERED: a pickled
+RenderedFile to run instead of looking URI up in ROOT's specs (a `tilegen tune` candidate is in no spec).
 The subject runs WARMUP times unprofiled (compilation, torch.compile, caches), then once inside the NVTX
 range `tilegen_profile` that ncu is told to profile (`--nvtx-include tilegen_profile/`); rocprofv3 filters
 the kernel by its symbol instead.
@@ -19,7 +20,7 @@ WARMUP = 2
 
 
 def main(argv: list[str]) -> int:
-    root, uri, shape_text, subject = argv
+    root, uri, shape_text, subject = argv[:4]
     import torch
 
     from codegen.families import family
@@ -27,7 +28,12 @@ def main(argv: list[str]) -> int:
     from codegen.pipeline import Project
     from codegen.targets import torch_dtype
 
-    (rendered,) = [f for f in Project(root=Path(root)).select([uri], all_=False, targets=None) if f.uri == uri][:1]
+    if len(argv) > 4:
+        import pickle
+
+        rendered = pickle.loads(Path(argv[4]).read_bytes())  # written by codegen.profile for this run
+    else:
+        (rendered,) = [f for f in Project(root=Path(root)).select([uri], all_=False, targets=None) if f.uri == uri][:1]
     inst = rendered.instance
     shape = tuple(int(v) for v in shape_text.split("x"))
     run_target = detect_gpu().run_target

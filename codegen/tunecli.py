@@ -34,10 +34,12 @@ def _loaded(project: Project) -> list[LoadedSpec]:
 
 def run_tune(project: Project, name: str, targets: list[Target] | None, *, static: bool, budget: str,
              opts: BuildOptions, timeout_s: float, out: Console, err: Console,
-             gpus: int | None = None, ray: str | None = None) -> list[TuneResult]:
+             gpus: int | None = None, ray: str | None = None, profile_top: int = 0) -> list[TuneResult]:
     """`tilegen tune NAME`: for each target of the spec with a `search:` block (or those asked for), the
     static stages, then measured selection on the GPU present unless `static`; writes
     reports/tune/<spec>_<target>.{json,md} and, when measured, tuned/<target>/<device>.json."""
+    if profile_top and static:
+        raise TilegenError("--profile-top profiles the best measured candidates: it needs measured selection, not --static")
     loaded = _loaded(project)
     hits = [ls for ls in loaded if ls.spec.name == name]
     if not hits:
@@ -78,6 +80,8 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             with UI(out, err) as ui:
                 doc, entries = measure(result, gpu, budget_s=budget_s, jobs=opts.jobs, timeout_s=timeout_s,
                                        ray=ray, on_event=ui.event)
+            if profile_top:
+                doc = _profile_top(result, doc, profile_top, gpu, project, timeout_s, out, err)
             result = replace(result, measured=doc)
             path = lock_path(project.root, target, gpu.name)
             lock = read_lockfile(path) if path.is_file() else LockFile(target=target, device=gpu.name)
@@ -110,6 +114,19 @@ def cluster_gpu(address: str):
     if not ok:
         raise NoGpu(f"a GPU task on the Ray cluster {address} found none: {value}")
     return value
+
+
+def _profile_top(result: TuneResult, doc: dict, top: int, gpu, project: Project, timeout_s: float, out: Console,
+                 err: Console) -> dict:
+    """`--profile-top N`: the N best measured candidates under the profiler (codegen.profile.profile_candidates);
+    their counters go into the measured document as `profiled` and are shown beside their times."""
+    from codegen.profile import PROFILE_TIMEOUT_S, candidate_columns, profile_candidates
+
+    err.print(f"  profile: the {top} best candidates under the profiler", markup=False)
+    rows = profile_candidates(result.part.files, doc, top, gpu, project.root, timeout_s=max(timeout_s, PROFILE_TIMEOUT_S))
+    full_width(out).print(rich_table(f"{result.spec_name} on {result.target.value}: the {top} best, profiled",
+                                     candidate_columns(), rows))
+    return {**doc, "profiled": [r.to_json() for r in rows]}
 
 
 def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console) -> bool:

@@ -123,5 +123,109 @@ def test_committed_static_report_has_the_analysis_for_every_kernel(target):
         for k in b["kernels"]:
             isa = k["isa"]
             assert "global_load_bytes" in isa and "warnings" in isa and "expected_global_load_bytes" in isa, k["symbol"]
+            if target == Target.GFX942:  # the bank-conflict estimate: gfx942's record gives its 32 banks
+                est = isa["lds_bank_conflicts"]
+                assert est["method"].startswith("estimate:") and est["accesses"] >= est["followed"], k["symbol"]
+            elif target == Target.GFX950:
+                assert isa["lds_bank_conflicts"] == BANK_CONFLICTS_NOT_ESTIMATED, k["symbol"]
             if b["uri"].startswith("gemm_") and target != Target.SM_90:  # sm_90 GEMMs load through TMA
                 assert "16" in isa["global_load_bytes"], f"{k['symbol']}: a GEMM without dwordx4 loads"
+
+
+# ---- LDS bank conflicts (an estimate: wave 0's lane addresses followed through the VALU ops) -----------
+
+def _lds(name: str, banks: int = 32):
+    return analyse((ISA / name).read_text(), banks)
+
+
+def test_unpadded_column_read_is_32_way_and_its_padded_twin_conflict_free():
+    est = _lds("lds_conflicting.s").lds_banks
+    assert [(a.mnemonic, a.ways, a.in_main_loop) for a in est.accesses] == [
+        ("ds_read_b128", 8.0, False), ("ds_read_b32", 32.0, True), ("ds_read_b32", 1.0, True)]
+    j = est.to_json()
+    assert j["method"].startswith("estimate:") and "32 banks of 4 B" in j["method"]
+    assert (j["accesses"], j["followed"], j["conflicted"], j["worst_ways"]) == (3, 3, 2, 32.0)
+    assert j["main_loop"] == {"accesses": 2, "followed": 2, "conflicted": 1, "worst_ways": 32.0}
+    assert j["by_instruction"]["ds_read_b128"]["worst_ways"] == 8.0
+    # the same text with 64 banks (not a gfx942 figure): 128-byte rows fall on 2 dword columns -> 16-way
+    assert _lds("lds_conflicting.s", banks=64).lds_banks.accesses[1].ways == 16.0
+
+
+def test_consecutive_and_swizzled_accesses_are_conflict_free_and_unknown_addresses_not_followed():
+    est = _lds("lds_conflict_free.s").lds_banks
+    got = [(a.mnemonic, a.ways) for a in est.accesses]
+    assert got == [("ds_write_b128", 1.0), ("ds_read_b128", 1.0), ("ds_write_b32", 1.0), ("ds_read2st64_b32", 1.0),
+                   ("ds_read_b128", 1.0), ("ds_read_b32", None), ("ds_read_b32", None)]
+    j = est.to_json()
+    assert (j["accesses"], j["followed"], j["conflicted"], j["worst_ways"]) == (7, 5, 0, 1.0)
+    assert j["main_loop"] == {"accesses": 0, "followed": 0, "conflicted": 0, "worst_ways": None}  # no loop here
+
+
+def test_bank_model_counts_distinct_dwords_per_bank_per_group():
+    from codegen.targets.amdgcn_isa import _bank_cycles
+
+    assert _bank_cycles([4 * i for i in range(64)], 4, 32) == (2, 2)  # two groups of 32 lanes, one cycle each
+    assert _bank_cycles([0] * 64, 4, 32) == (2, 2)  # one dword for all: a broadcast, no conflict
+    assert _bank_cycles([2 * i for i in range(64)], 2, 32) == (2, 2)  # u16: two lanes per dword
+    assert _bank_cycles([16 * i for i in range(64)], 16, 32) == (8, 8)  # b128: 8 lanes = 128 B a group
+    assert _bank_cycles([32 * i for i in range(64)], 16, 32) == (16, 8)  # b128 with 32-byte stride: 2-way
+    assert _bank_cycles([128 * i for i in range(64)], 4, 32) == (64, 2)  # every lane on bank 0: 32-way
+
+
+def test_no_bank_count_no_estimate():
+    isa = analyse((ISA / "lds_conflicting.s").read_text())
+    assert isa.lds_banks is None and isa.to_json()["lds_bank_conflicts"] == BANK_CONFLICTS_NOT_ESTIMATED
+
+
+# ---- sm_90 SASS (cuobjdump -sass), when cuobjdump is present ------------------------------------------
+
+@pytest.mark.parametrize("opcode, nbytes", [
+    ("LDG.E.128", 16), ("LDG.E.128.CONSTANT", 16), ("LDG.E.64", 8), ("LDG.E", 4), ("LDG.E.U16", 2),
+    ("LDG.E.S8", 1), ("STG.E.U16", 2), ("LDGSTS.E.BYPASS.LTC128B.128", 16), ("LDGSTS.E", 4),
+    ("LDG.E.EL.LTC128B.U16", 2),  # LTC128B is an L2 hint, not a width
+])
+def test_sass_access_bytes(opcode, nbytes):
+    from codegen.targets.sm90_sass import sass_access_bytes
+
+    assert sass_access_bytes(opcode) == nbytes
+
+
+def test_sass_scalar_loads_flagged_128_bit_and_tma_not():
+    from codegen.targets.sm90_sass import parse_sass, sass_vector_warnings
+
+    ks = {k.symbol: k for k in parse_sass((ISA / "sm90_cut.sass").read_text())}
+    assert list(ks) == ["rows_scalar_kernel", "rows_vector_kernel", "gemm_tma_kernel"]
+    scalar, vector, gemm = ks.values()
+    assert scalar.global_loads == {2: 2} and scalar.global_stores == {2: 1}  # the predicated @!P0 LDG counted
+    assert (scalar.local_loads, scalar.local_stores) == (1, 1)  # LDL / STL: spills or stack
+    (warning,) = sass_vector_warnings(scalar, 16)
+    assert "no 16-byte global loads in the SASS" in warning and "[vector_loads]" in warning
+    assert vector.global_loads == {16: 2, 4: 1} and vector.global_stores == {16: 1}
+    assert sass_vector_warnings(vector, 16) == []  # 1 narrow of 3: not most
+    assert sass_vector_warnings(scalar, None) == []  # the family does not say: nothing checked
+    assert (gemm.tma_loads, gemm.ldgsts, gemm.hgmma) == (2, {16: 1}, {"64x128x16.F32": 2})
+    assert sass_vector_warnings(gemm, 16) == []
+    j = gemm.to_json()
+    assert j["source"] == "sass" and j["hgmma"] == 2 and j["local_loads"] == 0
+
+
+def test_sass_report_refused_without_cuobjdump(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from codegen.cli import app
+    from codegen.targets import sm90_sass
+
+    monkeypatch.setattr(sm90_sass.shutil, "which", lambda name: None)
+    monkeypatch.setattr("codegen.targets.sm90.find_nvcc", lambda: tmp_path / "nvcc")  # no cuobjdump beside it
+    out = tmp_path / "sass.json"
+    result = CliRunner().invoke(app, ["sass", "rmsnorm_fp16", "--out", str(out)])
+    assert result.exit_code == 1 and "cuobjdump not found" in result.output and not out.exists()
+
+
+def test_committed_sm90_report_reads_the_ptx_on_every_machine():
+    """sm_90.json must not depend on whether cuobjdump is installed: always the PTX, one fixed sentence."""
+    from codegen.targets.ptx_memory import SASS_NOT_READ
+
+    doc = json.loads((ROOT / "reports" / "static" / "sm_90.json").read_text())
+    blocks = [k["isa"] for b in doc["builds"] for k in b["kernels"]]
+    assert blocks and all(i["source"] == "ptx" and i["sass"] == SASS_NOT_READ for i in blocks)

@@ -145,7 +145,7 @@ def test_report_written_from_the_samples(tmp_path, monkeypatch):
     uri = next(f.uri for f in PROJECT.rendered(targets=[Target.SM_90]) if f.uri.startswith("rmsnorm_fp16_streamed_t256_v8_u2"))
     seen = []
 
-    def fake_run(cmd, what):
+    def fake_run(cmd, what, timeout_s=None):
         seen.append(cmd)
         if cmd[-1] == "names":
             return subprocess.CompletedProcess(cmd, 0, stdout='["compile", "eager"]\n', stderr="")
@@ -154,16 +154,60 @@ def test_report_written_from_the_samples(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
 
     monkeypatch.setattr(prof, "_run", fake_run)
-    report, (js, md) = prof.run_profile(PROJECT, uri, "8192x4096", out_dir=tmp_path)
+    report, (js, md) = prof.run_profile(PROJECT, uri, "8192x4096", folder=tmp_path)
     assert report.bottleneck == "memory"
-    assert js == tmp_path / "h200" / "profile" / f"{uri}_8192x4096.json" and md.suffix == ".md"
+    assert js == tmp_path / f"{uri}_8192x4096.json" and md.suffix == ".md"  # --out DIR: DIR itself, no sub-folders
     doc = json.loads(js.read_text())
     assert doc["verdict"].startswith("memory-bound at 85 %") and doc["knobs"] == ["vector"]
     assert [s["subject"] for s in doc["subjects"]] == ["kernel", "baseline:compile", "baseline:eager"]
     assert "--kernel-name" in seen[1] and "--kernel-name" not in seen[2]  # baselines: the NVTX range only
+    assert "WarpStateStats" in seen[1] and "WarpStateStats" not in seen[2]  # baselines: the lighter sections
+    assert all("application-only" in c for c in seen[1:])
     assert "memory-bound at 85 %" in md.read_text()
     pngs = sorted(p.name for p in js.parent.glob("*.png"))
     if pngs:  # matplotlib present
         assert pngs == [f"{uri}_8192x4096_roofline.png", f"{uri}_8192x4096_stalls.png"]
     with pytest.raises(Exception, match="takes 2 sizes"):
-        prof.run_profile(PROJECT, uri, "8192", out_dir=tmp_path)
+        prof.run_profile(PROJECT, uri, "8192", folder=tmp_path)
+    seen.clear()
+    report, _ = prof.run_profile(PROJECT, uri, "8192x4096", folder=tmp_path / "alone", baselines=False)
+    assert [s.subject for s in report.subjects] == ["kernel"] and len(seen) == 1  # --no-baselines: no names, one run
+    assert "baselines not profiled (--no-baselines)." in report.notes
+
+
+# ---- tilegen tune --profile-top N: the profiler replaced -----------------------------------------------
+
+def test_profile_candidates_profiles_the_best_in_measured_order_and_keeps_failures():
+    files = {f.uri: f for f in PROJECT.rendered(targets=[Target.SM_90]) if f.uri.startswith("gemm_")}
+    a, b, c = sorted(files)[:3]
+    doc = {"rounds": [{"scores": {a: 1.5, b: 1.0, c: 2.0}}, {"scores": {b: 1.0, a: 1.2}}],  # last round decides
+           "shapes": [{"shape": [256, 256, 256], "winner": {"uri": b, "time_ms": 0.5}, "runner_up": {"uri": a, "time_ms": 0.6}},
+                      {"shape": [512, 256, 256], "winner": {"uri": b, "time_ms": 1.0}, "runner_up": None}]}
+    rows_csv = prof.parse_ncu_raw_csv((DATA / "ncu_raw_gemm.csv").read_text())
+    calls = []
+
+    def profile_one(rendered, shape, rendered_file):
+        calls.append((rendered.uri, shape))
+        assert rendered_file.is_file()  # the candidate, pickled for the child
+        if rendered.uri == a and shape == (512, 256, 256):
+            raise prof.TilegenError("ncu on kernel timed out after 900 s")
+        m = prof.ncu_measured("kernel", rows_csv)
+        kind, line, knobs = prof.verdict(m, H200, rendered.instance)
+        return prof.ProfileReport(uri=rendered.uri, name="g", target="sm_90", shape=shape, gpu="NVIDIA H200", profiler="ncu",
+                                  bottleneck=kind, verdict=line, knobs=knobs, subjects=[m], peak_dram_gbps=4800.0, notes=[])
+
+    rows = prof.profile_candidates(files, doc, 2, FAKE_H200, PROJECT.root, profile_one=profile_one)
+    assert calls == [(b, (256, 256, 256)), (b, (512, 256, 256)), (a, (256, 256, 256)), (a, (512, 256, 256))]  # c: not top 2
+    assert [(r.rank, r.uri, r.time_ms) for r in rows] == [(1, b, 0.5), (1, b, 1.0), (2, a, 0.6), (2, a, None)]
+    assert rows[0].verdict == "compute-bound at 78 % of the tensor pipe" and rows[0].tensor_pipe_pct == pytest.approx(78, abs=1)
+    assert rows[0].dram_gbps is not None and rows[0].profiled_us == pytest.approx(201.6)
+    assert rows[3].error == "ncu on kernel timed out after 900 s" and rows[3].dram_gbps is None
+    cells = [[c.cell(r) for c in prof.candidate_columns()] for r in rows]
+    assert cells[3][-1].startswith("error: ncu on kernel timed out") and cells[3][4] == "-"
+    assert json.dumps([r.to_json() for r in rows])  # goes into the tune report's measured document
+    assert prof.profile_candidates(files, doc, 0, FAKE_H200, PROJECT.root, profile_one=profile_one) == []
+
+
+def test_profile_top_needs_measured_selection():
+    result = CliRunner().invoke(app, ["tune", "gemm_fp16_nt", "--static", "--profile-top", "2"])
+    assert result.exit_code == 1 and "--profile-top" in result.output and "--static" in result.output

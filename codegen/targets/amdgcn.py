@@ -213,8 +213,9 @@ def asm_arch(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_asm(text: str) -> list[AmdAsm]:
-    """Every kernel (a function with an amdhsa kernel descriptor) of a clang -S file, in file order."""
+def parse_asm(text: str, lds_banks: int | None = None) -> list[AmdAsm]:
+    """Every kernel (a function with an amdhsa kernel descriptor) of a clang -S file, in file order;
+    `lds_banks`: the target's LDS bank count for the bank-conflict estimate (None: none)."""
     meta_match = _META_RE.search(text)
     if meta_match is None:
         raise ReportParseError("no .amdgpu_metadata block: not amdgcn assembly from clang -S")
@@ -240,7 +241,7 @@ def parse_asm(text: str) -> list[AmdAsm]:
             lds_static_bytes=_int(md, ".group_segment_fixed_size", symbol),
             occupancy_regs=_int(info, "Occupancy", symbol), code_bytes=_int(info, "codeLenInByte", symbol),
             max_threads=_int(md, ".max_flat_workgroup_size", symbol), wave_lanes=_int(md, ".wavefront_size", symbol),
-            mfma=tuple(sorted(mfma.items())), isa=analyse(chunk),
+            mfma=tuple(sorted(mfma.items())), isa=analyse(chunk, lds_banks),
         ))
         if info.get("TotalNumVgprs", kernels[-1].total_vgprs) != kernels[-1].total_vgprs:
             raise ReportParseError(f"{symbol}: TotalNumVgprs {info['TotalNumVgprs']} != metadata .vgpr_count")
@@ -314,7 +315,7 @@ def read_kernels(hw: Hardware, entry: Path, inst) -> tuple[AmdKernel, ...]:
     arch = asm_arch(text)
     if arch != hw.tilelang_target["mcpu"]:
         raise ReportParseError(f"kernel.s is {arch} assembly, not {hw.tilelang_target['mcpu']}")
-    asm = parse_asm(text)
+    asm = parse_asm(text, hw.lds_banks)
     launches = read_launches(entry, inst, [a.symbol for a in asm], {a.symbol: a.max_threads for a in asm})
     checked = vector_checked_symbols(inst, [a.symbol for a in asm])
     kernels = []

@@ -47,6 +47,7 @@ HW = Hardware(
     ),
     hbm_bandwidth_tbps=5.3,
     lds_word="LDS",
+    lds_banks=32,  # CDNA3 ISA guide, "Local Data Share": 32 banks of 4 bytes (128 B per clock)
     # ROCm clr, hipamd/src/hip_device.cpp ihipGetDeviceProperties (ROCm 6.x): maxGridSize = {INT32_MAX,
     # UINT16_MAX + 1, UINT16_MAX + 1}; and HIP's API notes (hipModuleLaunchKernel and the occupancy calls):
     # "HIP does not support kernel launch with total work items defined in dimension with size
