@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout
+from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout, Precision
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
@@ -15,10 +15,12 @@ GemmContext = TunedContext[GemmSpec, GemmTuning]
 
 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
-    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers."""
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers; 3xtf32
+    adds one unstaged A and B tile for the TF32 high parts (the staged tiles are overwritten by the residuals)."""
     t = tuning.tiling
     per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
-    return per_stage * max(1, tuning.pipeline.stages)
+    hi_parts = per_stage if spec.precision == Precision.X3TF32 else 0
+    return per_stage * max(1, tuning.pipeline.stages) + hi_parts
 
 
 GemmRule = Callable[[GemmContext], Iterator[Violation]]
@@ -43,6 +45,24 @@ def dtype_supported(c: GemmContext) -> Iterator[Violation]:
     if d.a == DType.FP8_E4M3 and c.spec.layout != Layout.NT:
         yield Violation(rule="dtype_supported", path=("layout",), value=c.spec.layout.value,
                         message=f"fp8 matrix cores on {c.hw.target} need K-major operands: use layout nt")
+
+
+def precision_dtype(c: GemmContext) -> Iterator[Violation]:
+    """Rule precision_dtype: tf32 and 3xtf32 say how fp32 inputs meet the tensor cores; other inputs
+    (fp16, bf16, fp8) enter the MMA exactly, so only the default `ieee` means anything for them."""
+    if c.spec.precision != Precision.IEEE and c.spec.dtypes.a != DType.FP32:
+        yield Violation(rule="precision_dtype", path=("precision",), value=c.spec.precision.value,
+                        message=f"only for fp32 inputs (dtypes.a is {c.spec.dtypes.a.value}, whose products the MMA "
+                                "forms exactly): remove it or use ieee")
+
+
+def precision_target(c: GemmContext) -> Iterator[Violation]:
+    """Rule precision_target: a mode the target's generated code cannot do (TargetSpec.fp32_precisions)."""
+    p = c.spec.precision
+    if c.spec.dtypes.a == DType.FP32 and p.value not in c.target.fp32_precisions:
+        yield Violation(rule="precision_target", path=("precision",), value=p.value,
+                        message=f"not possible on {c.hw.target}: {c.target.fp32_precision_note}; "
+                                f"drop {c.hw.target} from targets or use {' / '.join(c.target.fp32_precisions)}")
 
 
 def wave_multiple(c: GemmContext) -> Iterator[Violation]:
@@ -162,7 +182,7 @@ def edge_offset_index_width(c: GemmContext) -> Iterator[Violation]:
 
 
 GEMM_RULES: tuple[GemmRule, ...] = (
-    dtype_supported, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel,
+    dtype_supported, precision_dtype, precision_target, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel,
     edge_offset_index_width,
 )
 
