@@ -49,7 +49,7 @@ SPEC = """\
   precision: tf32
   shapes:
     - {m: 256, n: 256, k: 256}
-  tiling: {block_m: 128, block_n: 128, block_k: 32, threads: 256}
+  tiling: {block_m: 128, block_n: 128, block_k: 16, threads: 256}
   targets: [gfx942, sm_90]
 """
 
@@ -92,13 +92,16 @@ def test_ieee_is_the_default_and_only_fp32_kernels_carry_a_precision():
     assert "precision" in json.loads(_inst("gemm_fp32_tf32").canonical("0" * 64))
 
 
-def test_3xtf32_counts_its_high_part_tiles_in_lds():
+def test_the_tf32_tiles_count_in_lds():
     tile = (128 * 32 + 32 * 128) * 4
-    assert _inst("gemm_fp32_tf32").lds_bytes == 2 * tile
-    assert _inst("gemm_fp32_3xtf32").lds_bytes == 3 * tile
+    assert _inst("gemm_fp32_ieee").lds_bytes == 2 * (128 * 16 + 16 * 128) * 4  # two stages, nothing else
+    assert _inst("gemm_fp32_tf32").lds_bytes == 3 * tile  # two stages + the rounded tiles
+    assert _inst("gemm_fp32_3xtf32").lds_bytes == 4 * tile  # two stages + high parts + residuals
     text = edit(edit(SPEC, "precision: tf32", "precision: 3xtf32"), "[gfx942, sm_90]", "[sm_90]")
-    text = edit(text, "block_k: 32", "block_k: 128")  # 128 KiB per stage x 2 stages + 128 KiB > 227 KiB
-    assert [e.rsplit(" ", 1)[-1] for e in errors(text)] == ["[lds_budget]"]
+    text = edit(text, "block_k: 16", "block_k: 64")  # 64 KiB x (2 stages + 2 TF32 tiles) > 227 KiB
+    assert [e.split(": ", 2)[2] for e in errors(text)] == [(
+        "128x128x64 tiles x 2 stage(s) + 2 unstaged TF32 tile(s) need 262144 B (256 KiB) of shared memory, "
+        "over the 232448 B (227 KiB) per workgroup on sm_90 [lds_budget]")]
 
 
 def test_kernel_names_say_the_precision():

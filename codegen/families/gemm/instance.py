@@ -118,7 +118,9 @@ class GemmInstance(InstanceBase):
             "gemm_args": ", ".join(gemm_args),
             "target_literal": repr(dict(self.tilelang_target)),
             "a_elem": a_elem, "b_elem": b_elem, "a_dims": a_tile[1:-1], "b_dims": b_tile[1:-1],
-            "hi_args": ", A_hi, B_hi" if self.precision == Precision.X3TF32.value else "",  # 3xtf32's high-part tiles
+            # the unstaged TF32 tiles: tf32's rounded A and B, 3xtf32's high parts and residuals
+            "hi_args": {Precision.TF32.value: ", A_hi, B_hi",
+                        Precision.X3TF32.value: ", A_hi, B_hi, A_lo, B_lo"}.get(self.precision or "", ""),
         }
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:

@@ -15,12 +15,16 @@ GemmContext = TunedContext[GemmSpec, GemmTuning]
 
 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
-    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers; 3xtf32
-    adds one unstaged A and B tile for the TF32 high parts (the staged tiles are overwritten by the residuals)."""
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers, plus the
+    unstaged TF32 tiles of fp32 inputs -- tf32: the rounded A and B; 3xtf32: their high parts and residuals."""
     t = tuning.tiling
     per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
-    hi_parts = per_stage if spec.precision == Precision.X3TF32 else 0
-    return per_stage * max(1, tuning.pipeline.stages) + hi_parts
+    return per_stage * (max(1, tuning.pipeline.stages) + tf32_tiles(spec))
+
+
+def tf32_tiles(spec: GemmSpec) -> int:
+    """Unstaged A+B tile sets an fp32 GEMM's precision mode adds: tf32 1 (rounded), 3xtf32 2 (hi, lo)."""
+    return {Precision.TF32: 1, Precision.X3TF32: 2}.get(spec.precision, 0) if spec.dtypes.a == DType.FP32 else 0
 
 
 GemmRule = Callable[[GemmContext], Iterator[Violation]]
@@ -101,7 +105,8 @@ def lds_budget(c: GemmContext) -> Iterator[Violation]:
         t = c.tuning.tiling
         yield Violation(
             rule="lds_budget", path=c.at("tiling"), value=None,
-            message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s) need "
+            message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s)"
+                    + (f" + {tf32_tiles(c.spec)} unstaged TF32 tile(s)" if tf32_tiles(c.spec) else "") + " need "
                     f"{need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
                     f"per workgroup on {c.hw.target}",
         )
