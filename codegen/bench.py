@@ -77,6 +77,7 @@ class BenchRow:
     pct_copy_bw: float | None = None
     bound: str = ""
     speedup: dict[str, float] = field(default_factory=dict)
+    baseline_precision: str = ""  # what the baselines compute, where that is a choice (fp32 GEMM: allow_tf32)
 
 
 def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps: float,
@@ -96,7 +97,8 @@ def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps
     flush = torch.empty(flush_nbytes, dtype=torch.uint8, device="cuda")
     row = BenchRow(uri=rendered.uri, name=inst.name, target=inst.target.value, shape=tuple(shape),
                    dtypes=inst.dtype_label(), status="ok",
-                   flops=fam.flops(inst, shape), bytes=fam.bytes(inst, shape))
+                   flops=fam.flops(inst, shape), bytes=fam.bytes(inst, shape),
+                   baseline_precision=fam.baseline_precision(inst))
     row.kernel = Timing.of(time_ms(lambda: fam.launch(kernel, case, c), flush))
     baselines = fam.baselines(inst, case, out_dtype) if baselines_for is None or rendered.uri in baselines_for else {}
     for name, fn in baselines.items():

@@ -111,7 +111,9 @@ def _flat(row: dict) -> dict:
     s = row.get("speedup") or {}
     return {
         "uri": row["uri"], "name": row["name"], "target": row["target"], "shape": _shape(row["shape"]),
-        "dtypes": row["dtypes"], "status": row["status"], "kernel_ms": k.get("median_ms"),
+        # an fp32 GEMM's dtypes name its precision mode, and the baselines' (e.g. "eager: allow_tf32=True")
+        "dtypes": row["dtypes"] + (f" (torch {row['baseline_precision']})" if row.get("baseline_precision") else ""),
+        "status": row["status"], "kernel_ms": k.get("median_ms"),
         "kernel_p10_ms": k.get("p10_ms"), "kernel_p90_ms": k.get("p90_ms"),
         "eager_ms": (b.get("eager") or {}).get("median_ms"), "compile_ms": (b.get("compile") or {}).get("median_ms"),
         "tflops": row.get("tflops"), "gbps": row.get("gbps"), "pct_peak": row.get("pct_peak"),

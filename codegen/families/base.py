@@ -133,6 +133,8 @@ class Numerics:
     out_shape: Callable[..., tuple]  # (inst, shape) -> output tensor shape
     launch: Callable[..., None]  # (kernel, case, out) -> None
     baselines: Callable[..., dict]  # (inst, case, out_dtype) -> {name: zero-argument torch fn}
+    # (inst) -> what the baselines compute where that is a choice (fp32 GEMM: each one's allow_tf32); '' if not
+    baseline_precision: Callable[..., str] = field(default=lambda inst: "")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -426,6 +426,12 @@ def target_spec(hw: Hardware, *, find_toolchain: Callable[..., AmdToolchain],
         source_suffix=".hip",
         mma_input_roundoff=MappingProxyType({}),  # fp16/bf16/fp8/fp32 enter the MFMA exactly
         mma_accumulator_roundoff=MappingProxyType({}),
+        # TileLang 0.1.15's HIP gemm emits v_mfma_f32_16x16x4f32 / 32x32x2f32 for fp32 (true fp32, so
+        # `ieee`); its MFMA emitter has no xf32 path (gfx942 has v_mfma_f32_16x16x8_xf32 -- clang-19 emits
+        # the builtin -- but gfx950 dropped it: clang-22 "Cannot select: intrinsic llvm.amdgcn.mfma.f32.16x16x8.xf32")
+        fp32_precisions=("ieee",),
+        fp32_precision_note=("TileLang 0.1.15's HIP gemm has no xf32 MFMA path (it emits only the true-fp32 "
+                             "v_mfma_f32_*f32), so only ieee is possible"),
         torch_dtypes=MappingProxyType(dict(torch_dtypes)),
         build_cost=0,
         find_toolchain=find_toolchain,

@@ -166,6 +166,10 @@ class TargetSpec:
     # and the unit roundoff of an accumulator coarser than fp32 (Hopper's fp8 wgmma; absent: fp32's own)
     mma_input_roundoff: Mapping[DType, float]
     mma_accumulator_roundoff: Mapping[DType, float]
+    # fp32-input GEMM precision modes (spec field `precision`) this target's generated code can do, and
+    # why the others are refused (rule precision_target)
+    fp32_precisions: tuple[str, ...]
+    fp32_precision_note: str
     torch_dtypes: Mapping[DType, str]  # torch dtype names on this target's devices (fp8: fnuz on gfx942)
     # build
     build_cost: int  # scheduling weight of one build (slowest first)

@@ -418,8 +418,12 @@ TARGET = TargetSpec(
     explicit_pipeline_schedule=False,  # TileLang schedules num_stages itself (TMA + mbarriers)
     reduce_workspace_in_lds=False,  # warp shuffles only
     source_suffix=".cu",
-    mma_input_roundoff=MappingProxyType({DType.FP32: 2.0**-11}),  # fp32 inputs enter the MMA as tf32
+    # raw fp32 bits fed to TileLang's mma_sync<kTensorFloat32> (T.gemm of fp32 tiles): the tensor core reads
+    # them as tf32, dropping the low 13 mantissa bits -- truncation, relative error < 2^-10 per operand
+    mma_input_roundoff=MappingProxyType({DType.FP32: 2.0**-10}),
     mma_accumulator_roundoff=MappingProxyType({DType.FP8_E4M3: 2.0**-14}),  # Hopper fp8 wgmma keeps ~14 bits
+    fp32_precisions=("ieee", "tf32", "3xtf32"),  # ieee: CUDA-core FMA; tf32/3xtf32: rounded inputs, mma_sync
+    fp32_precision_note="",
     torch_dtypes=MappingProxyType({DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP32: "float32",
                                    DType.FP8_E4M3: "float8_e4m3fn"}),
     build_cost=1,  # nvcc takes longer than clang

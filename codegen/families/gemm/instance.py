@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import gemv_vector, lds_bytes
-from codegen.families.gemm.spec import GemmSpec, Structure, WarpPolicy
-from codegen.hardware import Target
+from codegen.families.gemm.spec import GemmSpec, Precision, Structure, WarpPolicy
+from codegen.hardware import DType, Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -23,12 +23,17 @@ _POLICY = {
 
 VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per lane
 
+FP32_TEMPLATE = "gemm_fp32.py.j2"  # fp32-input GEMMs; gemm.py.j2 (every other dtype) is unchanged by them
+
 
 @dataclass(frozen=True, kw_only=True)
 class GemmInstance(InstanceBase):
     """A GEMM kernel for one target: C[M, N] = op(A) @ op(B), fully resolved."""
 
-    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0}
+    # added after kernels were named: at these values (tiled; fp32 fields None for every other dtype) they
+    # stay out of the configuration hash, so adding them renamed no existing kernel
+    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
+                                                      "fp32_product": None}
 
     # identity
     name: str
@@ -67,6 +72,11 @@ class GemmInstance(InstanceBase):
     verify_tolerance_scale: float = field(compare=False)  # how the kernel is checked, not what it is
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
+    # fp32 inputs only (None otherwise): the spec's precision mode, and how its products are formed --
+    # "mma" (the target's gemm_fn: fp32 MFMA for ieee on AMD; tf32 mma_sync of rounded inputs for tf32/3xtf32)
+    # or "fma" (CUDA-core FMA: ieee where the target's MMA would round fp32 inputs, i.e. sm_90)
+    precision: str | None = None
+    fp32_product: str | None = None
 
     def global_load_bytes(self) -> int | None:
         """The main loop's tile copies are laid out for 16-byte loads per lane."""
@@ -83,6 +93,7 @@ class GemmInstance(InstanceBase):
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
+        parts += [self.precision] * (self.precision is not None)
         return "_".join(parts) + tail_tag(self.tail)
 
     # ---- template inputs ------------------------------------------------------------------
@@ -98,6 +109,9 @@ class GemmInstance(InstanceBase):
         b_origin = "col0, k * BLOCK_K" if self.trans_b else "k * BLOCK_K, col0"
         loop = pipelined_loop("k_tiles", self.stages, self.pipeline_order, self.pipeline_stage)
         gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b}", f"policy={_POLICY[WarpPolicy(self.policy)]}"]
+        # one element of each staged tile for the CUDA-core product (fp32_product "fma"): A_s[i, kk] / B_s[kk, j]
+        a_elem = "A_s[kk, i]" if self.trans_a else "A_s[i, kk]"
+        b_elem = "B_s[j, kk]" if self.trans_b else "B_s[kk, j]"
         if self.k_pack is not None and self.k_pack > 1:
             gemm_args.append(f"k_pack={self.k_pack}")
         return {
@@ -106,6 +120,10 @@ class GemmInstance(InstanceBase):
             "gemm_fn": TARGETS[self.target].gemm_fn,
             "gemm_args": ", ".join(gemm_args),
             "target_literal": repr(dict(self.tilelang_target)),
+            "a_elem": a_elem, "b_elem": b_elem, "a_dims": a_tile[1:-1], "b_dims": b_tile[1:-1],
+            # the unstaged TF32 tiles: tf32's rounded A and B, 3xtf32's high parts and residuals
+            "hi_args": {Precision.TF32.value: ", A_hi, B_hi",
+                        Precision.X3TF32.value: ", A_hi, B_hi, A_lo, B_lo"}.get(self.precision or "", ""),
         }
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
@@ -141,17 +159,21 @@ class GemmInstance(InstanceBase):
                          "order": list(self.pipeline_order) if self.pipeline_order else None,
                          "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
             "unroll": self.unroll, "swizzle_panel": self.swizzle_panel, "k_pack": self.k_pack,
-            "tail": self.tail.value, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
+            "tail": self.tail.value, **({"precision": self.precision, "fp32_product": self.fp32_product}
+                                        if self.precision is not None else {}),
+            "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
 
     def summary(self) -> dict[str, str]:
         """The columns of `tilegen list`."""
         return {"dtypes": "/".join(self.spec_dtypes[:3]), "layout": self.layout,
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
-                "schedule": f"stages {self.stages}", "tail": self.tail.value}
+                "schedule": f"stages {self.stages}" + (f", {self.precision}" if self.precision else ""),
+                "tail": self.tail.value}
 
     def dtype_label(self) -> str:
-        return "/".join(self.spec_dtypes[:3])
+        label = "/".join(self.spec_dtypes[:3])
+        return f"{label} {self.precision}" if self.precision else label
 
 
 def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmInstance:
@@ -164,8 +186,13 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     stages = 0 if gemv else tuning.pipeline.stages
     order, stage = (None, None) if gemv else explicit_schedule(target, stages, 2, 1)  # copy A, copy B, gemm
     d = spec.dtypes
+    fp32 = d.a == DType.FP32
+    # ieee needs true fp32 products: the target's MMA if it takes fp32 exactly (AMD), else CUDA-core FMA
+    exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
+    product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
     return GemmInstance(
-        name=spec.name, target=target.target, spec_file=spec_file, template="gemv.py.j2" if gemv else "gemm.py.j2",
+        name=spec.name, target=target.target, spec_file=spec_file,
+        template="gemv.py.j2" if gemv else FP32_TEMPLATE if fp32 else "gemm.py.j2",
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
@@ -180,4 +207,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         tail=spec.tail, allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=lds_bytes(spec, tuning, target),
         tilelang_target=tilelang_target(target),
+        precision=spec.precision.value if fp32 else None, fp32_product=product,
     )

@@ -3,16 +3,20 @@ derived edge shapes and the torch baselines.
 
 Tolerance (per output element, documented in README "Verification"):
 
-    tol_ij = u_out * |ref_ij|  +  scale * (4 * u_acc * sqrt(K) + 2 * u_in) * (|A|.|B|)_ij  +  tiny
+    tol_ij = u_out * |ref_ij|  +  scale * (4 * u_acc * sqrt(K) + u_prod) * (|A|.|B|)_ij  +  tiny
 
 u_out: unit roundoff of the output dtype (the final rounding); u_acc: of the accumulator the matrix
-cores really use (fp32: 2^-24; Hopper fp8 wgmma keeps ~14 bits: 2^-14); u_in: rounding of inputs
-inside the MMA (tf32 for fp32 inputs on NVIDIA: 2^-11; fp16/bf16/fp8 enter exactly: 0) -- both read from
-the record of the target the kernel runs on (mma_accumulator_roundoff, mma_input_roundoff); sqrt(K) is
-the random-walk growth of K accumulation errors and (|A|.|B|)_ij their scale. The first term is the
-exact bound of the final rounding; the second is a model, so only it is scaled: scale defaults to 1
-and a spec may tighten or loosen it (verify_tolerance_scale). The check passes only if *no* element
-exceeds its tolerance, and only counts as verified if every applicable negative control fails it.
+cores really use (fp32: 2^-24; Hopper fp8 wgmma keeps ~14 bits: 2^-14); u_prod: the relative error of
+each product from how the kernel represents its inputs where it runs (`product_model`): 0 when the
+products are exact (fp16/bf16/fp8 in any MMA; fp32 `ieee`: CUDA-core FMA or fp32 MFMA); 2u + u^2 for a
+product of two inputs each rounded with unit roundoff u (fp32 `tf32`: TF32 round-to-nearest, u = 2^-11;
+raw fp32 bits fed to sm_90's tf32 MMA: truncation, u = 2^-10 -- the gfx942 fp32 program's logic check);
+3u^2(1+u)^2 for 3xtf32 (the dropped a_lo*b_lo term and the two residuals' roundings). sqrt(K) is the
+random-walk growth of K accumulation errors and (|A|.|B|)_ij their scale. The first term is the exact
+bound of the final rounding; the second is a model, so only it is scaled: scale defaults to 1 and a spec
+may tighten or loosen it (verify_tolerance_scale). The check passes only if *no* element exceeds its
+tolerance, and only counts as verified if every applicable negative control fails it -- for fp32 `ieee`
+and `3xtf32` that includes a TF32 result (`tf32_result`), so the check can tell TF32 from fp32.
 """
 
 from __future__ import annotations
@@ -25,6 +29,67 @@ from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import TINY, UNIT_ROUNDOFF, compiled_once
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS, torch_dtype
+
+TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 of fp32's 23 mantissa bits: unit roundoff of round-to-nearest
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProductModel:
+    """What one product a_ik * b_kj of the kernel is, where it runs: its relative error bound from the
+    input representation, and whether it is fp32-class (then a TF32 result must fail the tolerance)."""
+
+    label: str
+    u_prod: float
+    fp32_class: bool
+
+
+def product_model(inst, run_target: Target) -> ProductModel:
+    """Derived from the generated code: gemm_fp32.py.j2 rounds tf32/3xtf32 inputs itself (bit arithmetic:
+    nearest, ties away from zero), so the tensor core's own truncation drops only zero bits; an `ieee`
+    kernel on sm_90 has no MMA (fp32_product "fma"); any other MMA of stored inputs rounds them as the run
+    target's record says (mma_input_roundoff: sm_90 truncates fp32 to tf32, AMD takes fp32 exactly)."""
+    u = TF32_ROUNDOFF
+    if inst.precision == "tf32":
+        return ProductModel(label="tf32 (inputs rounded to nearest, ties away)", u_prod=2 * u + u * u, fp32_class=False)
+    if inst.precision == "3xtf32":
+        return ProductModel(label="3xtf32", u_prod=3 * u * u * (1 + u) ** 2, fp32_class=True)
+    fp32 = inst.precision is not None
+    if fp32 and inst.fp32_product == "fma":
+        return ProductModel(label="ieee (CUDA-core FMA)", u_prod=0.0, fp32_class=True)
+    raw = TARGETS[run_target].mma_input_roundoff.get(DType(inst.spec_dtypes[0]), 0.0)
+    if raw:
+        return ProductModel(label=f"{run_target}'s MMA truncates fp32 to tf32", u_prod=2 * raw + raw * raw,
+                            fp32_class=False)
+    return ProductModel(label="ieee (fp32 MMA)" if fp32 else "", u_prod=0.0, fp32_class=fp32)
+
+
+def to_tf32(x):
+    """x (fp32) rounded to TF32 as the generated code does it: add 0x1000 to the bits, clear the low 13 --
+    round to nearest, ties away from zero (cvt.rna.tf32.f32 for finite x)."""
+    import torch
+
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+class full_fp32:
+    """Context: torch's fp32 matmuls in full fp32 (allow_tf32 off) -- the reference must not be TF32 whatever
+    the process set before (a TF32 baseline, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE)."""
+
+    def __init__(self, allow_tf32: bool = False):
+        self.allow_tf32 = allow_tf32
+
+    def __enter__(self):
+        import torch
+
+        self.saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = self.saved
 
 
 def gemm_flops(m: int, n: int, k: int) -> float:
@@ -60,6 +125,7 @@ class GemmCase:
     B: object
     trans_a: bool = False
     trans_b: bool = False
+    tf32_control: bool = False  # the kernel's products are fp32-class where it runs: a TF32 result must fail
 
     @property
     def A32(self):
@@ -73,7 +139,7 @@ class GemmCase:
         """The case of C[rows, cols]: A's rows and B's columns, still in their storage layout."""
         a = self.A[:, rows] if self.trans_a else self.A[rows]
         b = self.B[cols] if self.trans_b else self.B[:, cols]
-        return GemmCase(A=a, B=b, trans_a=self.trans_a, trans_b=self.trans_b)
+        return GemmCase(A=a, B=b, trans_a=self.trans_a, trans_b=self.trans_b, tf32_control=self.tf32_control)
 
 
 def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, device, run_target: Target) -> GemmCase:
@@ -97,14 +163,16 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     a_q, b_q = a.to(a_dt), b.to(b_dt)  # rounded inputs: the reference sees exactly what the kernel sees
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
-    return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b)
+    return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b,
+                    tf32_control=product_model(inst, run_target).fp32_class)
 
 
 def reference(case: GemmCase):
     """fp32 reference from the same rounded inputs, and |A|.|B| (the scale of accumulation error)."""
     import torch
 
-    return torch.matmul(case.A32, case.B32), torch.matmul(case.A32.abs(), case.B32.abs())
+    with full_fp32():
+        return torch.matmul(case.A32, case.B32), torch.matmul(case.A32.abs(), case.B32.abs())
 
 
 def wrong_operation(case: GemmCase):
@@ -113,7 +181,8 @@ def wrong_operation(case: GemmCase):
     import torch
 
     k, n = case.B32.shape
-    return torch.matmul(case.A32, case.B32.t().contiguous().reshape(k, n))
+    with full_fp32():
+        return torch.matmul(case.A32, case.B32.t().contiguous().reshape(k, n))
 
 
 def dropped_k_tile(case: GemmCase, ref, block_m: int, block_k: int):
@@ -123,8 +192,16 @@ def dropped_k_tile(case: GemmCase, ref, block_m: int, block_k: int):
     k0 = max(0, ((k - 1) // block_k) * block_k)
     rows = slice(0, min(block_m, ref.shape[0]))
     bad = ref.clone()
-    bad[rows] -= case.A32[rows, k0:] @ case.B32[k0:, :]
+    with full_fp32():
+        bad[rows] -= case.A32[rows, k0:] @ case.B32[k0:, :]
     return bad
+
+
+def tf32_result(a32, b32):
+    """Negative control of fp32-class kernels (ieee, 3xtf32): the product of the inputs rounded to TF32
+    (nearest), accumulated in fp32 -- what a single-pass TF32 kernel computes."""
+    with full_fp32():
+        return to_tf32(a32) @ to_tf32(b32)
 
 
 def wrong_operation_block(case: GemmCase, a32, cols: slice):
@@ -158,15 +235,18 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
             rows, cols = slice(r0, r0 + step_m), slice(c0, c0 + step_n)
             sub = case.block(rows, cols)
             a32, b32 = sub.A32, sub.B32
-            ref = a32 @ b32
-            mag = a32.abs() @ b32.abs()
-            dropped = ref
-            if r0 < inst.block_m:
-                dropped = ref.clone()
-                top = min(inst.block_m, r0 + step_m) - r0
-                dropped[:top] -= a32[:top, k0:] @ b32[k0:, :]
-            controls = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation_block(case, a32, cols),
-                        "dropped_k_tile": dropped}
+            with full_fp32():
+                ref = a32 @ b32
+                mag = a32.abs() @ b32.abs()
+                dropped = ref
+                if r0 < inst.block_m:
+                    dropped = ref.clone()
+                    top = min(inst.block_m, r0 + step_m) - r0
+                    dropped[:top] -= a32[:top, k0:] @ b32[k0:, :]
+                controls = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation_block(case, a32, cols),
+                            "dropped_k_tile": dropped}
+            if case.tf32_control:
+                controls["tf32_result"] = tf32_result(a32, b32)
             yield CheckChunk(index=(rows, cols), ref=ref, mag=mag, controls=controls)
             del a32, b32, ref, mag, dropped, controls
 
@@ -175,25 +255,28 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
 class Tolerance:
     u_out: float
     u_acc: float
-    u_in: float
+    u_prod: float  # relative error of each product from the inputs' representation (product_model)
     k: int
     scale: float = 1.0
+    products: str = ""  # product_model's label, shown with fp32 inputs
 
     def describe(self) -> str:
-        return (f"{self.u_out:.3g}*|ref| + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) + 2*{self.u_in:.3g})"
+        text = (f"{self.u_out:.3g}*|ref| + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) + {self.u_prod:.3g})"
                 f"*|A|.|B|")
+        return f"{text} [{self.products}]" if self.products else text
 
     def bound(self, ref, abs_product):
-        acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + 2.0 * self.u_in
+        acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + self.u_prod
         return self.u_out * ref.abs() + self.scale * acc * abs_product + TINY
 
 
-def gemm_tolerance(spec_dtypes: tuple[str, ...], run_target: Target, k: int, scale: float = 1.0) -> Tolerance:
-    a, _, out, acc = (DType(d) for d in spec_dtypes)
-    cores = TARGETS[run_target]  # what the matrix cores of the GPU it runs on do to inputs and sums
+def gemm_tolerance(inst, run_target: Target, k: int, scale: float = 1.0) -> Tolerance:
+    a, _, out, acc = (DType(d) for d in inst.spec_dtypes)
+    cores = TARGETS[run_target]  # what the matrix cores of the GPU it runs on do to sums
     u_acc = max(UNIT_ROUNDOFF[acc], cores.mma_accumulator_roundoff.get(a, 0.0))
-    u_in = cores.mma_input_roundoff.get(a, 0.0)
-    return Tolerance(u_out=UNIT_ROUNDOFF[out], u_acc=u_acc, u_in=u_in, k=k, scale=scale)
+    model = product_model(inst, run_target)
+    return Tolerance(u_out=UNIT_ROUNDOFF[out], u_acc=u_acc, u_prod=model.u_prod, k=k, scale=scale,
+                     products=model.label)
 
 
 def gemm_baseline_fns(inst, A, B, out_dtype):
@@ -212,19 +295,53 @@ def gemm_baseline_fns(inst, A, B, out_dtype):
             return torch.matmul(x, y).to(out_dtype)
     else:
         op = torch.matmul
-    compiled = compiled_once(("gemm", inst.spec_dtypes, inst.layout), op)
-    return {"eager": lambda: op(a, b), "compile": lambda: compiled(a, b)}
+    if inst.precision is None:
+        compiled = compiled_once(("gemm", inst.spec_dtypes, inst.layout), op)
+        return {"eager": lambda: op(a, b), "compile": lambda: compiled(a, b)}
+    fns = {}
+    for name, allow in FP32_BASELINES[inst.precision]:  # like with like: each named with its TF32 setting
+        fn = op if name.startswith("eager") else compiled_once(("gemm", inst.spec_dtypes, inst.layout, allow), op)
+        fns[name] = _with_tf32(fn, a, b, allow)
+    return fns
+
+
+# fp32 GEMMs: the torch baselines of each precision mode, (name, allow_tf32); "eager"/"compile" fill the
+# bench table's vs-eager/vs-compile columns, any other name its "other baselines"
+FP32_BASELINES = {
+    "ieee": (("eager", False), ("compile", False)),
+    "tf32": (("eager", True), ("compile", True)),
+    "3xtf32": (("eager", False), ("compile", False), ("eager_tf32", True)),
+}
+
+
+def _with_tf32(fn, a, b, allow: bool):
+    """fn(a, b) with torch.backends.cuda.matmul.allow_tf32 = allow for the call (restored after it, so
+    a TF32 baseline never leaks into a reference)."""
+    def run():
+        with full_fp32(allow_tf32=allow):
+            return fn(a, b)
+    return run
+
+
+def gemm_baseline_precision(inst) -> str:
+    """What the torch baselines compute, for the bench report ('' for non-fp32 GEMMs)."""
+    if inst.precision is None:
+        return ""
+    return ", ".join(f"{name}: allow_tf32={allow}" for name, allow in FP32_BASELINES[inst.precision])
 
 
 def controls(inst, case: GemmCase, ref) -> dict[str, object]:
     import torch
 
-    return {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation(case),
-            "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
+    out = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation(case),
+           "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
+    if case.tf32_control:
+        out["tf32_result"] = tf32_result(case.A32, case.B32)
+    return out
 
 
 def tolerance(inst, shape, run_target: Target) -> Tolerance:
-    return gemm_tolerance(inst.spec_dtypes, run_target, shape[2], inst.verify_tolerance_scale)
+    return gemm_tolerance(inst, run_target, shape[2], inst.verify_tolerance_scale)
 
 
 NUMERICS = Numerics(
@@ -239,4 +356,5 @@ NUMERICS = Numerics(
     out_shape=lambda inst, s: (s[0], s[1]),
     launch=lambda kernel, case, out: kernel(case.A, case.B, out),
     baselines=lambda inst, case, out_dtype: gemm_baseline_fns(inst, case.A, case.B, out_dtype),
+    baseline_precision=gemm_baseline_precision,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout, Structure
+from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout, Precision, Structure
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
@@ -25,14 +25,20 @@ def gemv_vector(spec: GemmSpec) -> int:
 
 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
-    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers (gemv: its
-    lanes load straight into registers; only the cross-lane sum takes one fp32 a thread, on targets whose
-    reductions go through LDS)."""
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers, plus the
+    unstaged TF32 tiles of fp32 inputs -- tf32: the rounded A and B; 3xtf32: their high parts and residuals.
+    gemv: its lanes load straight into registers; only the cross-lane sum takes one fp32 a thread, on targets
+    whose reductions go through LDS."""
     if tuning.structure == Structure.GEMV:
         return tuning.tiling.threads * 4 if target.reduce_workspace_in_lds else 0
     t = tuning.tiling
     per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
-    return per_stage * max(1, tuning.pipeline.stages)
+    return per_stage * (max(1, tuning.pipeline.stages) + tf32_tiles(spec))
+
+
+def tf32_tiles(spec: GemmSpec) -> int:
+    """Unstaged A+B tile sets an fp32 GEMM's precision mode adds: tf32 1 (rounded), 3xtf32 2 (hi, lo)."""
+    return {Precision.TF32: 1, Precision.X3TF32: 2}.get(spec.precision, 0) if spec.dtypes.a == DType.FP32 else 0
 
 
 GemmRule = Callable[[GemmContext], Iterator[Violation]]
@@ -57,6 +63,24 @@ def dtype_supported(c: GemmContext) -> Iterator[Violation]:
     if d.a == DType.FP8_E4M3 and c.spec.layout != Layout.NT:
         yield Violation(rule="dtype_supported", path=("layout",), value=c.spec.layout.value,
                         message=f"fp8 matrix cores on {c.hw.target} need K-major operands: use layout nt")
+
+
+def precision_dtype(c: GemmContext) -> Iterator[Violation]:
+    """Rule precision_dtype: tf32 and 3xtf32 say how fp32 inputs meet the tensor cores; other inputs
+    (fp16, bf16, fp8) enter the MMA exactly, so only the default `ieee` means anything for them."""
+    if c.spec.precision != Precision.IEEE and c.spec.dtypes.a != DType.FP32:
+        yield Violation(rule="precision_dtype", path=("precision",), value=c.spec.precision.value,
+                        message=f"only for fp32 inputs (dtypes.a is {c.spec.dtypes.a.value}, whose products the MMA "
+                                "forms exactly): remove it or use ieee")
+
+
+def precision_target(c: GemmContext) -> Iterator[Violation]:
+    """Rule precision_target: a mode the target's generated code cannot do (TargetSpec.fp32_precisions)."""
+    p = c.spec.precision
+    if c.spec.dtypes.a == DType.FP32 and p.value not in c.target.fp32_precisions:
+        yield Violation(rule="precision_target", path=("precision",), value=p.value,
+                        message=f"not possible on {c.hw.target}: {c.target.fp32_precision_note}; "
+                                f"drop {c.hw.target} from targets or use {' / '.join(c.target.fp32_precisions)}")
 
 
 def wave_multiple(c: GemmContext) -> Iterator[Violation]:
@@ -95,7 +119,8 @@ def lds_budget(c: GemmContext) -> Iterator[Violation]:
         t = c.tuning.tiling
         yield Violation(
             rule="lds_budget", path=c.at("tiling"), value=None,
-            message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s) need "
+            message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s)"
+                    + (f" + {tf32_tiles(c.spec)} unstaged TF32 tile(s)" if tf32_tiles(c.spec) else "") + " need "
                     f"{need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
                     f"per workgroup on {c.hw.target}",
         )
@@ -211,11 +236,8 @@ def gemv_shape(c: GemmContext) -> Iterator[Violation]:
                                 "of a K step, for each of the block's columns")
 
 
-GEMM_RULES: tuple[GemmRule, ...] = (
-    dtype_supported, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel,
-    edge_offset_index_width,
-)
 def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
+    """Rule unroll_divides for gemv: without a tail policy, K is whole rounds of unroll steps of block_k."""
     if c.spec.tail != TailPolicy.NONE:
         return
     bk, u = c.tuning.tiling.block_k, c.tuning.unroll
@@ -227,13 +249,14 @@ def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
                             message=f"shapes[{i}].k={s.k} is not a multiple of block_k*unroll={bk * u}")
 
 
-
+GEMM_RULES: tuple[GemmRule, ...] = (
+    dtype_supported, precision_dtype, precision_target, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits,
+    k_pack_target, swizzle_panel, edge_offset_index_width,
+)
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
-GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, wave_multiple, gemv_shape, tail_policy, gemv_unroll,
-                                     k_pack_target)
-
-
+GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
+                                     gemv_unroll, k_pack_target)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

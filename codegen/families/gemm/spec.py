@@ -59,6 +59,18 @@ class Structure(StrEnum):
     GEMV = "gemv"
 
 
+class Precision(StrEnum):
+    """How an fp32-input GEMM forms its products (README "Spec reference", `precision`).
+    ieee: true fp32 products (CUDA-core FMA on sm_90, fp32 MFMA on gfx942/gfx950) -- torch's default;
+    tf32: one tensor-core product of the inputs rounded to TF32 (nearest, ties away from zero);
+    3xtf32: each input split into a TF32 high part and a TF32 residual, three tensor-core products
+    a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, fp32 accumulation (CUTLASS's 3xTF32)."""
+
+    IEEE = "ieee"
+    TF32 = "tf32"
+    X3TF32 = "3xtf32"
+
+
 class GemmDTypes(Model):
     a: DType
     b: DType
@@ -112,6 +124,7 @@ class GemmSpec(Model):
     swizzle_panel: NonNegativeInt = 0
     k_pack: Literal[1, 2] = 1
     structure: Structure = Structure.TILED
+    precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -153,6 +166,7 @@ STARTER = """\
   swizzle_panel: 0          # 0 = off; else a power of two: block rasterization panel for L2 reuse
   k_pack: 1                 # gfx942 only: 1 or 2 MFMA ops packed along K
   structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
+  # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   tail: none                # none | predicated | specialized
   targets: [gfx942, sm_90]
   # overrides:              # per-target replacements of tiling / pipeline / unroll / swizzle_panel / k_pack

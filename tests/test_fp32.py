@@ -1,0 +1,265 @@
+"""fp32-input GEMMs and their precision modes (issue 15): the spec field and its rules, the kernels the
+template writes for each mode (read from the lowered source), the per-mode tolerance models on the CPU --
+each able to fail: a TF32 result fails the ieee model, a truncated one the round-to-nearest model --
+and the like-with-like torch baselines. The GPU runs are `tilegen verify gemm_fp32_ieee ...` (README)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import ClassVar
+
+import pytest
+import torch
+from numcheck import check_output
+from spectext import FILE, edit, errors
+
+from codegen.families import family
+from codegen.families.gemm.numerics import (
+    FP32_BASELINES,
+    TF32_ROUNDOFF,
+    _with_tf32,
+    gemm_baseline_precision,
+    product_model,
+    tf32_result,
+    to_tf32,
+)
+from codegen.hardware import Target
+from codegen.instance import build_instances
+from codegen.load import parse_specs
+from codegen.pipeline import Project
+from codegen.verify import judge
+
+FILES = {f.uri: f for f in Project().rendered()}
+
+
+def _file(name, target=Target.SM_90):
+    return next(f for f in FILES.values() if f.instance.name == name and f.instance.target == target)
+
+
+def _inst(name, target=Target.SM_90):
+    return _file(name, target).instance
+
+
+SPEC = """\
+- name: g
+  op: gemm
+  dtypes: {a: fp32, b: fp32, out: fp32}
+  layout: nn
+  precision: tf32
+  shapes:
+    - {m: 256, n: 256, k: 256}
+  tiling: {block_m: 128, block_n: 128, block_k: 16, threads: 256}
+  targets: [gfx942, sm_90]
+"""
+
+
+# ---- spec field and rules ---------------------------------------------------------------------------
+
+def test_tf32_on_gfx942_is_refused_with_the_reason():
+    assert errors(SPEC) == [(
+        f"{FILE}:5:14: precision=tf32: not possible on gfx942: TileLang 0.1.15's HIP gemm has no xf32 MFMA path "
+        "(it emits only the true-fp32 v_mfma_f32_*f32), so only ieee is possible; drop gfx942 from targets or "
+        "use ieee [precision_target]")]
+
+
+def test_3xtf32_on_gfx950_is_refused():
+    text = edit(edit(SPEC, "precision: tf32", "precision: 3xtf32"), "[gfx942, sm_90]", "[gfx950]")
+    assert [e.rsplit(" ", 1)[-1] for e in errors(text)] == ["[precision_target]"]
+
+
+def test_precision_other_than_ieee_needs_fp32_inputs():
+    text = edit(edit(SPEC, "{a: fp32, b: fp32, out: fp32}", "{a: fp16, b: fp16, out: fp16}"),
+                "[gfx942, sm_90]", "[sm_90]")
+    assert errors(text) == [(
+        f"{FILE}:5:14: precision=tf32: only for fp32 inputs (dtypes.a is fp16, whose products the MMA forms exactly): "
+        "remove it or use ieee [precision_dtype]")]
+
+
+def test_unknown_precision_is_an_enum_error():
+    (line,) = errors(edit(SPEC, "precision: tf32", "precision: fp32"))
+    assert line.startswith(f"{FILE}:5:14: precision") and "ieee" in line and "3xtf32" in line
+
+
+def test_ieee_is_the_default_and_only_fp32_kernels_carry_a_precision():
+    insts = build_instances(parse_specs(edit(SPEC, "  precision: tf32\n", ""), FILE))
+    assert {i.target: (i.precision, i.fp32_product) for i in insts} == {
+        Target.GFX942: ("ieee", "mma"), Target.SM_90: ("ieee", "fma")}
+    fp16 = _inst("gemm_fp16_nt")
+    assert fp16.precision is None and fp16.template == "gemm.py.j2"
+    # the fields are left out of a non-fp32 kernel's configuration hash: adding them renamed nothing
+    assert "precision" not in json.loads(fp16.canonical("0" * 64))
+    assert "precision" in json.loads(_inst("gemm_fp32_tf32").canonical("0" * 64))
+
+
+def test_the_tf32_tiles_count_in_lds():
+    tile = (128 * 32 + 32 * 128) * 4
+    assert _inst("gemm_fp32_ieee").lds_bytes == 2 * (128 * 16 + 16 * 128) * 4  # two stages, nothing else
+    assert _inst("gemm_fp32_tf32").lds_bytes == 3 * tile  # two stages + the rounded tiles
+    assert _inst("gemm_fp32_3xtf32").lds_bytes == 4 * tile  # two stages + high parts + residuals
+    text = edit(edit(SPEC, "precision: tf32", "precision: 3xtf32"), "[gfx942, sm_90]", "[sm_90]")
+    text = edit(text, "block_k: 16", "block_k: 64")  # 64 KiB x (2 stages + 2 TF32 tiles) > 227 KiB
+    assert [e.split(": ", 2)[2] for e in errors(text)] == [(
+        "128x128x64 tiles x 2 stage(s) + 2 unstaged TF32 tile(s) need 262144 B (256 KiB) of shared memory, "
+        "over the 232448 B (227 KiB) per workgroup on sm_90 [lds_budget]")]
+
+
+def test_kernel_names_say_the_precision():
+    assert "_ieee_" in _file("gemm_fp32_ieee").uri and "_ieee_" in _file("gemm_fp32_ieee", Target.GFX942).uri
+    assert "_tf32_" in _file("gemm_fp32_tf32").uri and "_3xtf32_" in _file("gemm_fp32_3xtf32").uri
+
+
+# ---- what the generated code does (lowered source, no GPU) ------------------------------------------
+
+def _lowered(name, target, shape=(256, 256, 64)):
+    from codegen.lower import lower
+
+    return lower(_file(name, target), shape, target).source
+
+
+def test_lowered_kernels_form_products_as_their_mode_says():
+    ieee = _lowered("gemm_fp32_ieee", Target.SM_90)
+    assert "mma_sync" not in ieee and "wgmma" not in ieee  # CUDA-core products only
+    tf32 = _lowered("gemm_fp32_tf32", Target.SM_90)
+    x3 = _lowered("gemm_fp32_3xtf32", Target.SM_90)
+    for src in (tf32, x3):
+        assert "kTensorFloat32" in src
+        assert "(uint)4096) & (uint)4294959104" in src  # + 0x1000, & 0xFFFFE000: rounded before the MMA
+    assert x3.count("mma_sync<") == 3 * tf32.count("mma_sync<")  # three products per K step
+    amd = _lowered("gemm_fp32_ieee", Target.GFX942)
+    assert "__builtin_amdgcn_mfma_f32_16x16x4f32" in amd and "xf32" not in amd
+
+
+# ---- the tolerance models on the CPU -----------------------------------------------------------------
+
+def test_to_tf32_rounds_to_nearest_ties_away_from_zero():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(100_000, generator=g) * torch.exp(torch.empty(100_000).uniform_(-20, 20, generator=g))
+    r = to_tf32(x)
+    assert ((r.view(torch.int32) & 0x1FFF) == 0).all()  # 10 mantissa bits left
+    assert ((r.double() - x.double()).abs() <= TF32_ROUNDOFF * x.double().abs()).all()
+    # exactly half a TF32 ulp above 1 and below -1 rounds away from zero
+    one_half = torch.tensor([1.0 + 2.0**-11, -(1.0 + 2.0**-11), 1.0 + 2.0**-11 - 2.0**-23])
+    assert to_tf32(one_half).tolist() == [1.0 + 2.0**-10, -(1.0 + 2.0**-10), 1.0]
+
+
+def _emulate(mode):
+    """The kernel's arithmetic of each mode, emulated in fp64 products over the same rounded inputs."""
+    def out(case, ref):
+        a, b = case.A32, case.B32
+        if mode == "tf32":
+            return (to_tf32(a).double() @ to_tf32(b).double()).float()
+        if mode == "truncated":
+            def cut(x):
+                return (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
+            return (cut(a).double() @ cut(b).double()).float()
+        if mode == "3xtf32":
+            ah, bh = to_tf32(a), to_tf32(b)
+            al, bl = to_tf32(a - ah), to_tf32(b - bh)
+            return (al.double() @ bh.double() + ah.double() @ bl.double() + ah.double() @ bh.double()).float()
+        return (a.double() @ b.double()).float()
+    return out
+
+
+SHAPES = [(1, 1, 1), (129, 127, 33), (96, 80, 1000)]
+
+
+@pytest.mark.parametrize("kind", ["normal", "wide"])
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("name", "mode"), [("gemm_fp32_ieee", "ieee"), ("gemm_fp32_tf32", "tf32"),
+                                            ("gemm_fp32_3xtf32", "3xtf32")])
+def test_each_mode_verifies_its_own_arithmetic_with_every_control_rejected(name, mode, shape, kind):
+    status, cmp, controls = check_output(_inst(name), shape, _emulate(mode), kind=kind)
+    assert status == "verified", (cmp, controls)
+    assert "n/a" not in "".join(controls.values()) or shape == (1, 1, 1)
+    assert ("tf32_result" in controls) == (mode != "tf32")
+    assert "PASSED" not in "".join(controls.values())
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (129, 127, 33), (64, 64, 4096)])
+def test_a_tf32_result_fails_the_ieee_and_3xtf32_models(shape):
+    """The negative control that proves the fp32 check can fail: up to the seeds' deepest K (4096)."""
+    for name in ("gemm_fp32_ieee", "gemm_fp32_3xtf32"):
+        for kind in ("normal", "wide"):
+            status, cmp, _ = check_output(_inst(name), shape, _emulate("tf32"), kind=kind)
+            assert status == "failed", (name, shape, kind, cmp)
+
+
+def test_3xtf32_stays_within_the_ieee_model():
+    ieee = _inst("gemm_fp32_ieee")
+    for shape in SHAPES[1:]:
+        for kind in ("normal", "wide"):
+            status, cmp, _ = check_output(ieee, shape, _emulate("3xtf32"), kind=kind)
+            assert status == "verified", (shape, kind, cmp)
+
+
+def test_truncation_fails_the_round_to_nearest_model_at_small_k():
+    """Why the old sm_90 fp32 kernel (raw bits into mma_sync<kTensorFloat32>) failed at 1x1x1 and K = 32:
+    truncation is up to 2^-10 per operand, twice the 2^-11 of round-to-nearest."""
+    status, cmp, _ = check_output(_inst("gemm_fp32_tf32"), (64, 64, 1), _emulate("truncated"))
+    assert status == "failed" and cmp.max_rel_err > 2 * TF32_ROUNDOFF
+
+
+def test_the_gfx942_program_on_sm90_is_judged_as_truncated_tf32_without_the_tf32_control():
+    """Its rocm_gemm lowers for CUDA to mma_sync<kTensorFloat32> of raw fp32 bits: the logic check models
+    that (labelled), and a TF32 control would pass that model, so it is not applied there."""
+    inst = _inst("gemm_fp32_ieee", Target.GFX942)
+    on_amd, on_nv = product_model(inst, Target.GFX942), product_model(inst, Target.SM_90)
+    assert (on_amd.u_prod, on_amd.fp32_class) == (0.0, True)
+    assert on_nv.u_prod == 2 * 2.0**-10 + 2.0**-20 and not on_nv.fp32_class and "truncates" in on_nv.label
+    fam = family(inst).numerics
+    shape = (129, 127, 33)
+    case = fam.make_inputs(inst, shape, seed=0, kind="wide", device="cpu", run_target=Target.SM_90)
+    ref, mag = fam.reference(inst, case)
+    controls = fam.controls(inst, case, ref)
+    assert "tf32_result" not in controls
+    out = _emulate("truncated")(case, ref)
+    status, _, outcome = judge(out, ref, mag, fam.tolerance(inst, shape, Target.SM_90), controls)
+    assert status == "verified" and set(outcome.values()) == {"rejected"}
+    assert "truncates fp32 to tf32" in fam.tolerance(inst, shape, Target.SM_90).describe()
+
+
+def test_the_tolerance_names_the_mode_and_other_gemms_keep_theirs():
+    shape = (256, 256, 64)
+    assert "[tf32 (inputs rounded to nearest, ties away)]" in family(_inst("gemm_fp32_tf32")).numerics.tolerance(
+        _inst("gemm_fp32_tf32"), shape, Target.SM_90).describe()
+    fp16 = _inst("gemm_fp16_nt")
+    tol = family(fp16).numerics.tolerance(fp16, shape, Target.SM_90)
+    assert tol.u_prod == 0.0 and "[" not in tol.describe()
+    assert math.isclose(product_model(_inst("gemm_fp32_3xtf32"), Target.SM_90).u_prod,
+                        3 * 2.0**-22 * (1 + 2.0**-11) ** 2)
+
+
+def test_tf32_result_control_is_tf32_arithmetic():
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    assert torch.equal(tf32_result(a, b), to_tf32(a) @ to_tf32(b))
+
+
+# ---- benchmarks compare like with like --------------------------------------------------------------
+
+def test_baselines_are_named_with_their_tf32_setting():
+    assert gemm_baseline_precision(_inst("gemm_fp32_ieee")) == "eager: allow_tf32=False, compile: allow_tf32=False"
+    assert gemm_baseline_precision(_inst("gemm_fp32_tf32")) == "eager: allow_tf32=True, compile: allow_tf32=True"
+    assert gemm_baseline_precision(_inst("gemm_fp32_3xtf32")) == (
+        "eager: allow_tf32=False, compile: allow_tf32=False, eager_tf32: allow_tf32=True")
+    assert gemm_baseline_precision(_inst("gemm_fp16_nt")) == ""
+    assert set(FP32_BASELINES) == {"ieee", "tf32", "3xtf32"}
+
+
+def test_a_tf32_baseline_sets_the_flag_for_its_call_only():
+    seen = []
+    before = torch.backends.cuda.matmul.allow_tf32
+    fn = _with_tf32(lambda a, b: seen.append(torch.backends.cuda.matmul.allow_tf32), None, None, allow=not before)
+    fn()
+    assert seen == [not before] and torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_bench_dtypes_cell_names_the_baselines_precision():
+    from codegen.report import bench_rows
+
+    class R:
+        rows: ClassVar = [{"uri": "k", "name": "n", "target": "sm_90", "shape": [1, 2, 3], "dtypes": "fp32/fp32/fp32 tf32",
+                 "status": "ok", "baseline_precision": "eager: allow_tf32=True, compile: allow_tf32=True"}]
+
+    (row,) = bench_rows(R())
+    assert row["dtypes"] == "fp32/fp32/fp32 tf32 (torch eager: allow_tf32=True, compile: allow_tf32=True)"
