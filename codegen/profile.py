@@ -652,11 +652,15 @@ def candidate_columns():
 
 def measured_ranking(measured: dict[str, object]) -> tuple[list[tuple[str, float]], dict[tuple[str, tuple], float]]:
     """From codegen.tune_measure's document: the survivors of the last round, best first, with their scores, and
-    the bench medians it kept ((uri, shape) -> ms: each shape's winner, runner-up and the hand configuration)."""
+    the bench medians ((uri, shape) -> ms: every timed candidate's median of its rounds, `candidates`; older
+    documents kept only each shape's winner and runner-up)."""
     rounds = measured.get("rounds") or []
     scores = dict(rounds[-1]["scores"]) if rounds else {}
     ranked = sorted(scores.items(), key=lambda kv: (kv[1], kv[0]))
     times: dict[tuple[str, tuple], float] = {}
+    for uri, c in (measured.get("candidates") or {}).items():
+        for shape, ms in c["median_ms"].items():
+            times[(uri, tuple(int(x) for x in shape.split("x")))] = float(ms)
     for s in measured.get("shapes", []):
         shape = tuple(s["shape"])
         for key in ("winner", "runner_up"):
