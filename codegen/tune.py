@@ -387,7 +387,8 @@ def plot_candidates(measured: dict[str, object], path: Path) -> bool:
         return False
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False, sharey=True)
     for ax, name in zip(axes[0], names):
-        values = sorted({str(c["tunables"].get(name)) for c in cands.values()})
+        raw = {c["tunables"].get(name) for c in cands.values()}
+        values = [str(v) for v in sorted(raw, key=lambda v: (not isinstance(v, int | float), v if isinstance(v, int | float) else 0, str(v)))]
         for j, s in enumerate(shapes):
             pts = [(values.index(str(c["tunables"].get(name))), c["median_ms"][s] / best[s], c["hand"])
                    for c in cands.values() if s in c["median_ms"]]
