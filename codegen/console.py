@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Self
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -94,7 +103,8 @@ class UI:
                 return
             if self.progress is None:
                 self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                         MofNCompleteColumn(), TimeElapsedColumn(), console=self.err, transient=True)
+                                         MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+                                         TimeRemainingColumn(), console=self.err, transient=True)
                 self.progress.start()
             self.tasks[e.stage] = self.progress.add_task(e.label, total=e.total)
             return
