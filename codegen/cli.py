@@ -157,8 +157,8 @@ def gen(
         out.print(f"wrote {p}", markup=False)
     for p in result.removed:
         out.print(f"removed {p}", markup=False)
-    for line in result.tuning:
-        out.print(line, markup=False)
+    for line in result.tuning:  # which shapes tuned configurations serve: said, not output
+        err.print(line, markup=False)
     out.print(f"{len(result.written)} written, {len(result.unchanged)} unchanged, {len(result.removed)} removed")
 
 

@@ -46,7 +46,7 @@ def invoke(*args: str):
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of the project's specs and generated files, and the CLI pointed at it (templates come
     with the codegen package)."""
-    for d in ("specs", "generated"):
+    for d in ("specs", "generated", "tuned"):  # tuned/: the lockfiles gen reads
         shutil.copytree(REPO_ROOT / d, tmp_path / d)
     monkeypatch.setattr(cli, "_project", lambda: Project(root=tmp_path))
     return tmp_path
@@ -120,11 +120,13 @@ def test_gen_into_an_empty_tree_then_check(project: Path):
     shutil.rmtree(project / "generated")
     result = invoke("gen")
     assert result.exit_code == 0, result.output
-    n = len(Project().instances())
+    n = len(Project().rendered())  # the hand configurations and the tuned ones (tuned/)
     assert result.stdout.splitlines()[-1] == f"{n + 1} written, 0 unchanged, 0 removed"  # + generated/workloads.json
     assert tree(project / "generated") == tree(REPO_ROOT / "generated")
     again = invoke("gen")
     assert again.stdout.splitlines() == [f"0 written, {n + 1} unchanged, 0 removed"]
+    assert ("gemv_fp16_decode 1x4096x4096 on sm_90: tuned on NVIDIA H200 -> gemv_fp16_nt_16x8x256_t256_u8_sm90_2c52cf"
+            in again.stderr.splitlines())  # the committed lockfile's winner, said beside the output
     assert invoke("gen", "--check").exit_code == 0
 
 
@@ -162,7 +164,8 @@ def test_list_json_has_one_row_per_instance():
     assert result.exit_code == 0
     rows = json.loads(result.stdout)
     instances = Project().instances()
-    assert len(rows) == len(instances)
+    kernels = Project().rendered()  # the hand configurations and the tuned ones (tuned/)
+    assert len(rows) == len(kernels) >= len(instances)
     assert len({r["uri"] for r in rows}) == len(rows)
     assert {(r["name"], r["target"]) for r in rows} == {(i.name, i.target.value) for i in instances}
     for r in rows:
@@ -260,7 +263,7 @@ def test_gen_removes_and_check_reports_what_an_interrupted_write_left(project: P
 
     fixed = invoke("gen")
     assert fixed.exit_code == 0
-    assert fixed.stdout.splitlines()[-2:] == [f"removed {rel}", f"0 written, {len(Project().instances()) + 1} unchanged, 1 removed"]
+    assert fixed.stdout.splitlines()[-2:] == [f"removed {rel}", f"0 written, {len(Project().rendered()) + 1} unchanged, 1 removed"]
     assert not left.exists()
     assert invoke("gen", "--check").exit_code == 0
 

@@ -128,7 +128,7 @@ class _FakeToolchain:
 
 
 def test_build_files_without_a_console_reports_progress_events(tmp_path, monkeypatch):
-    def fake_pool(misses, n_jobs, cache, root, done):
+    def fake_pool(misses, n_jobs, cache, root, done, ray=None):
         for job, note in misses:
             worker = build_mod.WorkerResult(key=job.key, error="fake compiler said no", lower_s=0.1)
             done(job, build_mod._result(job, None, root, status="failed", seconds=0.1, worker=worker, note=note))

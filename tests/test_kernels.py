@@ -34,8 +34,8 @@ IDS = [f"{f.uri}-{'x'.join(map(str, s))}" for f, s in GRID]
 @pytest.mark.parametrize(("rendered", "shape"), GRID, ids=IDS)
 def test_lowers_for_its_target(rendered, shape):
     kernel = lower(rendered, shape, rendered.instance.target)
-    gemm_on_amd = rendered.instance.op in ("gemm", "attention") and HARDWARE[rendered.instance.target].vendor == "amd"
-    marker = "__builtin_amdgcn_mfma" if gemm_on_amd else "__global__"
+    mma_on_amd = rendered.instance.uses_matrix_cores() and HARDWARE[rendered.instance.target].vendor == "amd"
+    marker = "__builtin_amdgcn_mfma" if mma_on_amd else "__global__"
     assert marker in kernel.source
 
 

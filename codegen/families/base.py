@@ -53,6 +53,11 @@ class InstanceBase:
         expressions as its `T.Kernel(...)` calls (rule grid_limit checks them against the target)."""
         raise NotImplementedError(f"{type(self).__name__} does not say its launch grids")
 
+    def uses_matrix_cores(self) -> bool:
+        """Whether the kernel's products run on the MMA units (MFMA / wgmma / mma.sync); families that
+        multiply matrices say so."""
+        return False
+
     def global_load_bytes(self) -> int | None:
         """Bytes per lane the spec means each global load of the main path to move (16 for a 16-byte
         vector load); build's static analysis warns when the compiled kernel loads narrower. None: the

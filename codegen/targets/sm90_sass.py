@@ -158,11 +158,11 @@ def run_sass(project, names: list[str], all_: bool, *, cache_dir: Path | None = 
     cuobjdump, one entry per kernel and shape, no paths or times: the same wherever it is written with the
     same nvcc) and the builds."""
     from codegen.build import BuildOptions, build
-    from codegen.hardware import Target
     from codegen.targets.base import vector_checked_symbols
+    from codegen.targets.sm90 import HW  # this module reads the sm_90 target's cubins: its record names it
 
-    opts = BuildOptions(names=tuple(names), all_=all_, targets=(Target.SM_90,), jobs=jobs, cache_dir=cache_dir)
-    files = {f.uri: f for f in project.select(list(names), all_=all_, targets=[Target.SM_90])}
+    opts = BuildOptions(names=tuple(names), all_=all_, targets=(HW.target,), jobs=jobs, cache_dir=cache_dir)
+    files = {f.uri: f for f in project.select(list(names), all_=all_, targets=[HW.target])}
     if not files:
         raise TilegenError("no sm_90 kernel selected")
     from codegen.targets.sm90 import find_nvcc
@@ -182,7 +182,7 @@ def run_sass(project, names: list[str], all_: bool, *, cache_dir: Path | None = 
                      for k in kernels)
         builds.append(SassBuild(uri=r.uri, shape=tuple(r.shape), kernels=rows))
     builds.sort(key=lambda b: (b.uri, b.shape))
-    doc = {"target": "sm_90", "source": "sass (cuobjdump -sass of the built cubins)",
-           "toolchain": report.toolchains.get(Target.SM_90, {}),
+    doc = {"target": HW.target.value, "source": "sass (cuobjdump -sass of the built cubins)",
+           "toolchain": report.toolchains.get(HW.target, {}),
            "builds": [b.to_json() for b in builds]}
     return doc, builds

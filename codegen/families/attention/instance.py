@@ -56,6 +56,9 @@ class AttentionInstance(InstanceBase):
     tilelang_target: tuple[tuple[str, str], ...]
     uses_rocm_gemm: bool  # the target's gemm_fn is tilelang.rocm.language.gemm, not T.gemm
 
+    def uses_matrix_cores(self) -> bool:
+        return True  # Q.K^T and P.V
+
     def global_load_bytes(self) -> int | None:
         """The main loop's tile copies are laid out for 16-byte loads per lane."""
         return VECTOR_LOAD_BYTES

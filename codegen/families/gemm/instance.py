@@ -78,6 +78,11 @@ class GemmInstance(InstanceBase):
     precision: str | None = None
     fp32_product: str | None = None
 
+    def uses_matrix_cores(self) -> bool:
+        """The tiled structure does, but for true fp32 on a target whose MMA rounds fp32 (CUDA-core FMA);
+        gemv never does."""
+        return self.structure == Structure.TILED.value and self.fp32_product != "fma"
+
     def global_load_bytes(self) -> int | None:
         """The main loop's tile copies are laid out for 16-byte loads per lane."""
         return VECTOR_LOAD_BYTES
