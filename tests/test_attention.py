@@ -213,7 +213,8 @@ def test_flop_and_byte_formulas():
     full, causal = FILES[("attn_fp16_d128", "sm_90")].instance, FILES[("attn_bf16_gqa_causal", "sm_90")].instance
     assert ATTENTION.flops(full, (4, 32, 32, 4096, 4096)) == 4.0 * 4 * 32 * 4096 * 4096 * 128
     assert ATTENTION.flops(causal, (4, 32, 8, 4096, 4096)) == 2.0 * 4 * 32 * 4096 * 4096 * 128
-    assert ATTENTION.flops(causal, (1, 2, 1, 100, 300)) == 4.0 * 2 * 100 * 300 * 128  # not halved: seq_q != seq_kv
+    # seq_q != seq_kv: the visible pairs, query i sees i + 1 keys (top_left)
+    assert ATTENTION.flops(causal, (1, 2, 1, 100, 300)) == 4.0 * 2 * (100 * 101 // 2) * 128
     # Q and O: 4*4096*32*128 elements each; K and V: 4*4096*8*128 each; 2 bytes apiece
     assert ATTENTION.bytes(causal, (4, 32, 8, 4096, 4096)) == 2.0 * 4 * 4096 * 128 * (32 + 8 + 8 + 32)
 
@@ -423,6 +424,18 @@ def test_bottom_right_output_fails_a_top_left_spec_and_back():
         status, cmp, controls = check_output(inst, (1, 4, 2, 128, 320), lambda case, ref, t=twin: ATTENTION.reference(t, case)[0])
         assert status == "failed" and cmp.mismatch_ratio > 0, (mine, cmp)
         assert controls["causal_other_alignment"] == "rejected"
+
+
+def test_visible_pairs_count_the_mask():
+    from codegen.families.attention.numerics import allowed_keys, visible_pairs
+    from codegen.families.attention.spec import CausalMask
+
+    for mask in CausalMask:
+        for sq, skv in ((1, 7), (4, 7), (7, 7), (9, 7), (5, 300)):
+            if mask == CausalMask.BOTTOM_RIGHT and sq > skv:
+                continue  # rule causal_alignment
+            exact = allowed_keys(mask, torch.arange(sq)[:, None], torch.arange(skv)[None, :], skv - sq).sum().item()
+            assert visible_pairs(mask, sq, skv) == exact, (mask, sq, skv)
 
 
 def test_decode_bytes_are_the_kv_cache():

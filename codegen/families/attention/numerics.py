@@ -19,13 +19,26 @@ from codegen.spec import TailPolicy
 from codegen.targets import torch_dtype
 
 
+def visible_pairs(mask: CausalMask, seq_q: int, seq_kv: int) -> int:
+    """(query, key) pairs the mask allows: query i sees min(seq_kv, i + 1 + shift) keys, shift 0
+    (top_left) or seq_kv - seq_q (bottom_right, seq_q <= seq_kv by rule causal_alignment)."""
+    if mask == CausalMask.NONE:
+        return seq_q * seq_kv
+    shift = seq_kv - seq_q if mask == CausalMask.BOTTOM_RIGHT else 0
+    inside = max(0, min(seq_q, seq_kv - shift))  # queries whose row of the mask ends before seq_kv
+    return inside * (shift + 1) + inside * (inside - 1) // 2 + (seq_q - inside) * seq_kv
+
+
 def attention_flops(inst, shape) -> float:
     """4*B*H*Sq*Skv*D: two matmuls (Q.K^T and P.V) of 2*Sq*Skv*D each per (batch, head); halved for a
     causal mask when seq_q == seq_kv (about half of the score matrix is above the diagonal; the
-    diagonal blocks the kernel computes in full are not counted). Softmax work is not counted."""
+    diagonal blocks the kernel computes in full are not counted), and for a causal mask at seq_q !=
+    seq_kv counted over the visible (query, key) pairs only. Softmax work is not counted."""
     b, h, _, sq, skv = shape
+    if inst.causal and sq != skv:
+        return 4.0 * b * h * visible_pairs(inst.mask, sq, skv) * inst.head_dim
     flops = 4.0 * b * h * sq * skv * inst.head_dim
-    return flops / 2 if inst.causal and sq == skv else flops
+    return flops / 2 if inst.causal else flops
 
 
 def visible_keys(mask: CausalMask, seq_q: int, seq_kv: int) -> int:
