@@ -137,7 +137,8 @@ def test_a_block_of_fewer_rows_than_the_sm90_warps_need_does_not_lower_for_cuda(
 
 
 
-NAMES = ["attn_fp16_d128", "attn_fp16_d128_causal", "attn_bf16_gqa_causal", "attn_fp16_ragged", "attn_fp16_d64_causal"]
+NAMES = ["attn_fp16_d128", "attn_fp16_d128_causal", "attn_bf16_gqa_causal", "attn_fp16_ragged", "attn_fp16_d64_causal",
+         "attn_fp16_decode", "attn_bf16_decode_causal"]
 
 
 @pytest.mark.parametrize("kind", ["normal", "wide"])
@@ -212,6 +213,234 @@ def test_flop_and_byte_formulas():
     full, causal = FILES[("attn_fp16_d128", "sm_90")].instance, FILES[("attn_bf16_gqa_causal", "sm_90")].instance
     assert ATTENTION.flops(full, (4, 32, 32, 4096, 4096)) == 4.0 * 4 * 32 * 4096 * 4096 * 128
     assert ATTENTION.flops(causal, (4, 32, 8, 4096, 4096)) == 2.0 * 4 * 32 * 4096 * 4096 * 128
-    assert ATTENTION.flops(causal, (1, 2, 1, 100, 300)) == 4.0 * 2 * 100 * 300 * 128  # not halved: seq_q != seq_kv
+    # seq_q != seq_kv: the visible pairs, query i sees i + 1 keys (top_left)
+    assert ATTENTION.flops(causal, (1, 2, 1, 100, 300)) == 4.0 * 2 * (100 * 101 // 2) * 128
     # Q and O: 4*4096*32*128 elements each; K and V: 4*4096*8*128 each; 2 bytes apiece
     assert ATTENTION.bytes(causal, (4, 32, 8, 4096, 4096)) == 2.0 * 4 * 4096 * 128 * (32 + 8 + 8 + 32)
+
+
+# ---- causal alignment and decode (split KV) -------------------------------------------------------
+
+DECODE = """\
+- name: d
+  op: attention
+  variant: decode
+  dtypes: {input: fp16, out: fp16}
+  shapes:
+    - {batch: 8, heads: 32, kv_heads: 8, seq_q: 4, seq_kv: 4096}
+  head_dim: 128
+  causal: bottom_right
+  tiling: {block_m: 64, block_n: 64, threads: 128}
+  split_kv: 16
+  tail: none
+  targets: [sm_90]
+"""
+
+
+def test_causal_true_still_means_top_left_and_is_the_same_kernel():
+    old, new = (render_all(build_instances(parse_specs(edit(BASE, "tail: none", f"tail: none\n  causal: {c}"), FILE)))
+                for c in ("true", "top_left"))
+    assert old[0].instance.mask == "top_left" and old[0].uri == new[0].uri
+    (false,) = build_instances(parse_specs(edit(BASE, "tail: none", "tail: none\n  causal: false"), FILE))
+    assert not false.causal and false.mask == "none"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(BASE, "tail: none", "tail: none\n  causal: yes"),
+     ("specs/x.yaml:10:11: causal='yes': must be false, top_left or bottom_right (true, as in earlier specs, means top_left) "
+     "[causal]")),
+    (edit(edit(BASE, "tail: none", "tail: none\n  causal: bottom_right"), "seq_q: 512, seq_kv: 512",
+          "seq_q: 1024, seq_kv: 512"),
+     ("specs/x.yaml:5:48: shapes[0].seq_q=1024: over seq_kv=512: with causal: bottom_right the first 512 queries would "
+     "see no key [causal_alignment]")),
+    (edit(DECODE, "split_kv: 16", "split_kv: 65"),
+     ("specs/x.yaml:10:13: split_kv=65: over the 64 KV block(s) of 64 keys of shapes[0] (seq_kv=4096): every split needs "
+     "at least one block [split_kv]")),
+    (edit(BASE, "tail: none", "tail: none\n  split_kv: 4"),
+     "specs/x.yaml:10:13: split_kv=4: only variant: decode splits the KV sequence: leave split_kv at 1 [split_kv]"),
+    (edit(DECODE, "seq_kv: 4096", "seq_kv: 4000"),
+     "specs/x.yaml:6:7: shapes[0]: seq_kv=4000 is not a multiple of block_n=64: set tail: predicated [tail_policy]"),
+])
+def test_alignment_and_split_errors(text, message):
+    assert errors(text) == [message]
+
+
+def test_decode_needs_no_block_multiple_of_queries_and_takes_a_128k_cache():
+    # 4 queries x 4 heads = 16 packed rows of a 64-row block; 131072 keys = 2048 blocks over 64 splits
+    text = edit(edit(DECODE, "seq_kv: 4096}", "seq_kv: 4096}\n    - {batch: 1, heads: 8, kv_heads: 1, seq_q: 16, seq_kv: 131072}"),
+                "split_kv: 16", "split_kv: 64")
+    (inst,) = build_instances(parse_specs(text, FILE))
+    assert (inst.variant, inst.split_kv, inst.mask) == ("decode", 64, "bottom_right")
+    assert inst.template == "attention_decode.py.j2" and inst.stem().endswith("_k64")
+    # the splits' grid (split, K/V heads x row blocks, batch), then the combine's (heads, seq_q, batch)
+    assert inst.launch_grids((1, 8, 1, 16, 131072)) == ((64, 2, 1), (8, 16, 1))  # 8 x 16 = 128 rows: 2 blocks
+    assert inst.launch_grids((8, 32, 8, 4, 4096)) == ((64, 8, 8), (32, 4, 8))
+
+
+def test_search_space_takes_split_kv():
+    from codegen.tune import space_of
+
+    text = DECODE + "  search:\n    sm_90:\n      split_kv: [4, 8, 16, 32]\n      tiling: {block_n: [32, 64]}\n"
+    (loaded,) = parse_specs(text, FILE)
+    assert ("split_kv", [4, 8, 16, 32]) in space_of(loaded.spec, loaded.spec.targets[0])
+    assert errors(text.replace("[4, 8, 16, 32]", "[4, 0]")) == [
+        "specs/x.yaml:15:21: search.sm_90.split_kv[1]=0: Input should be greater than 0 [greater_than]"]
+
+
+DECODE_FILES = {n: FILES[(n, t)] for n, t in FILES if n.startswith("attn_") and "decode" in n and t == "sm_90"}
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_decode_lowers_to_a_split_kernel_and_a_combine_kernel(target):
+    f = FILES[("attn_bf16_decode_causal", target)]
+    src = lower(f, (2, 32, 8, 4, 1024), target).source
+    kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", src))
+    assert len(kernels) == 2, kernels  # the splits and the combine
+    assert ("__builtin_amdgcn_mfma" if target == "gfx942" else "wgmma") in src
+    assert "log2f" in src and "exp2f" in src  # the split's log-sum-exp and the combine's weights
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_bottom_right_prefill_skips_by_the_shifted_diagonal(target):
+    text = edit(edit(BASE, "tail: none", "tail: none\n  causal: bottom_right"), "targets: [sm_90]", f"targets: [{target}]")
+    if target == "gfx942":
+        text = edit(text, "block_m: 128, block_n: 64", "block_m: 128, block_n: 16")
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    src = lower(f, (1, 4, 2, 256, 1024), target).source  # shift 768: query block bx sees keys < (bx + 1) * 128 + 768
+    assert "768" in src, "the bottom-right shift does not reach the mask"
+
+
+def _naive_attention64(q, k, v, scale, allowed):
+    """float64 attention of [b, s, h, d] tensors (GQA by repeating K/V heads) under a [sq, skv] mask."""
+    group = q.shape[2] // k.shape[2]
+    q, k, v = (t.double().transpose(1, 2) for t in (q, k, v))
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = (scale * q @ k.transpose(-1, -2)).masked_fill(~allowed, float("-inf"))
+    return (torch.softmax(s, -1) @ v).transpose(1, 2)
+
+
+@pytest.mark.parametrize("mask", ["top_left", "bottom_right"])
+def test_the_reference_against_naive_float64_with_an_explicit_mask(mask):
+    # the mask built here from its definition: bottom_right, query i sees keys j <= i + (seq_kv - seq_q)
+    text = edit(BASE, "tail: none", f"tail: none\n  causal: {mask}")
+    (inst,) = build_instances(parse_specs(text, FILE))
+    fam = family(inst).numerics
+    sq, skv = 37, 300
+    i, j = torch.arange(sq)[:, None], torch.arange(skv)[None, :]
+    allowed = j <= i + (skv - sq if mask == "bottom_right" else 0)
+    for kind in ("normal", "wide"):
+        case = fam.make_inputs(inst, (2, 4, 2, sq, skv), seed=3, kind=kind, device="cpu", run_target=inst.target)
+        ref, mag = fam.reference(inst, case)
+        exact = _naive_attention64(case.Q, case.K, case.V, inst.softmax_scale, allowed)
+        assert ((ref.double() - exact).abs() <= 0.25 * mag).all(), kind
+        # and the chunked reference (rows at an offset) is the same
+        status, cmp, _ = check_output(inst, (2, 4, 2, sq, skv), lambda c, r: r, kind=kind, max_elements=4 * 300 * 8)
+        assert status == "verified", cmp
+
+
+def test_sdpa_baseline_mask_is_the_kernels_alignment():
+    # the bench baseline's mask, run by SDPA on the CPU (math backend), against the reference
+    import torch.nn.functional as F
+
+    from codegen.families.attention.numerics import sdpa_mask
+
+    text = edit(BASE, "tail: none", "tail: none\n  causal: bottom_right")
+    (inst,) = build_instances(parse_specs(text, FILE))
+    fam = family(inst).numerics
+    for sq, skv in ((4, 96), (1, 96), (96, 96)):
+        case = fam.make_inputs(inst, (1, 4, 2, sq, skv), seed=0, kind="normal", device="cpu", run_target=inst.target)
+        ref, _mag = fam.reference(inst, case)
+        q, k, v = (t.float().transpose(1, 2) for t in (case.Q, case.K, case.V))
+        out = F.scaled_dot_product_attention(q, k, v, scale=inst.softmax_scale, enable_gqa=True,
+                                             **sdpa_mask(inst.mask, sq, skv)).transpose(1, 2)
+        assert ((out - ref).abs() <= 1e-5 + 1e-4 * ref.abs()).all(), (sq, skv)
+    # is_causal (top-left) is not it at seq_q < seq_kv
+    case = fam.make_inputs(inst, (1, 4, 2, 4, 96), seed=0, kind="normal", device="cpu", run_target=inst.target)
+    ref, _ = fam.reference(inst, case)
+    q, k, v = (t.float().transpose(1, 2) for t in (case.Q, case.K, case.V))
+    wrong = F.scaled_dot_product_attention(q, k, v, scale=inst.softmax_scale, enable_gqa=True, is_causal=True)
+    assert not torch.allclose(wrong.transpose(1, 2), ref, atol=1e-3)
+
+
+def _emulate_decode(inst, case, *, mask=None, drop_split=None):
+    """The decode kernel's arithmetic on the CPU, split by split as the template computes it: split s
+    takes KV blocks [s*nb//S, (s+1)*nb//S); per split the max, exp2 of SCALE_LOG2*(s - m), P rounded to
+    the input dtype for P.V, the output over its own sum and lse = log2(sum) + m*SCALE_LOG2 (-inf where a
+    row saw no key); then the combine. drop_split: the combine skips that split (the control's bug)."""
+    from codegen.families.attention.numerics import allowed_keys
+    from codegen.families.attention.spec import CausalMask
+
+    log2e = 1.4426950408889634
+    q, k, v = case.Q32, case.K32, case.V32
+    _b, sq, h, _d = q.shape
+    skv, kvh = k.shape[1], k.shape[2]
+    group, nb, splits = h // kvh, math.ceil(skv / inst.block_n), inst.split_kv
+    rows, cols = torch.arange(sq)[:, None], torch.arange(skv)[None, :]
+    allowed = allowed_keys(CausalMask(mask or inst.mask), rows, cols, skv - sq)
+    qh = q.transpose(1, 2)
+    kh, vh = (t.transpose(1, 2).repeat_interleave(group, 1) for t in (k, v))
+    s = (qh @ kh.transpose(-1, -2)).masked_fill(~allowed, float("-inf"))  # [b, h, sq, skv], unscaled
+    parts, lses = [], []
+    for si in range(splits):
+        lo, hi = si * nb // splits * inst.block_n, min(skv, (si + 1) * nb // splits * inst.block_n)
+        ss = s[..., lo:hi]
+        m = ss.amax(-1, keepdim=True)
+        m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        e = torch.exp2(ss * inst.softmax_scale * log2e - m_safe * inst.softmax_scale * log2e)
+        tot = e.sum(-1, keepdim=True)
+        o = e.to(case.Q.dtype).float() @ vh[..., lo:hi, :]
+        parts.append(torch.where(tot > 0, o / tot, torch.zeros_like(o)))
+        lses.append(torch.where(tot > 0, torch.log2(tot) + m * inst.softmax_scale * log2e, torch.full_like(tot, -math.inf)))
+    keep = [i for i in range(splits) if i != drop_split]
+    lse = torch.cat([lses[i] for i in keep], -1)
+    w = torch.exp2(lse - lse.amax(-1, keepdim=True))
+    out = sum(w[..., n:n + 1] * parts[i] for n, i in enumerate(keep)) / w.sum(-1, keepdim=True)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("name", ["attn_fp16_decode", "attn_bf16_decode_causal"])
+def test_decode_arithmetic_verifies_and_its_controls_are_rejected(name):
+    # the kernel's split-and-combine arithmetic on the CPU (a model, not the kernel) passes on every
+    # derived shape with every control rejected; dropping one split, or the other causal alignment, fails
+    inst = FILES[(name, "sm_90")].instance
+    for shape in derived_shapes(inst):
+        for kind in ("normal", "wide"):
+            status, cmp, controls = check_output(inst, shape, lambda case, ref: _emulate_decode(inst, case), kind=kind)
+            assert status == "verified", (shape, kind, cmp)
+            assert "dropped_split" in controls and set(controls.values()) == {"rejected"}, (shape, controls)
+            for drop in (0, inst.split_kv - 1):
+                status, cmp, _ = check_output(inst, shape, lambda case, ref, d=drop: _emulate_decode(inst, case, drop_split=d),
+                                              kind=kind)
+                assert status == "failed", (shape, drop)
+        if inst.causal and shape[3] > 1:
+            status, _, _ = check_output(inst, shape, lambda case, ref: _emulate_decode(inst, case, mask="top_left"))
+            assert status == "failed", shape
+
+
+def test_bottom_right_output_fails_a_top_left_spec_and_back():
+    for mine, other in (("top_left", "bottom_right"), ("bottom_right", "top_left")):
+        inst = build_instances(parse_specs(edit(BASE, "tail: none", f"tail: none\n  causal: {mine}"), FILE))[0]
+        twin = replace(inst, mask=type(inst.mask)(other))
+        status, cmp, controls = check_output(inst, (1, 4, 2, 128, 320), lambda case, ref, t=twin: ATTENTION.reference(t, case)[0])
+        assert status == "failed" and cmp.mismatch_ratio > 0, (mine, cmp)
+        assert controls["causal_other_alignment"] == "rejected"
+
+
+def test_visible_pairs_count_the_mask():
+    from codegen.families.attention.numerics import allowed_keys, visible_pairs
+    from codegen.families.attention.spec import CausalMask
+
+    for mask in CausalMask:
+        for sq, skv in ((1, 7), (4, 7), (7, 7), (9, 7), (5, 300)):
+            if mask == CausalMask.BOTTOM_RIGHT and sq > skv:
+                continue  # rule causal_alignment
+            exact = allowed_keys(mask, torch.arange(sq)[:, None], torch.arange(skv)[None, :], skv - sq).sum().item()
+            assert visible_pairs(mask, sq, skv) == exact, (mask, sq, skv)
+
+
+def test_decode_bytes_are_the_kv_cache():
+    inst = FILES[("attn_fp16_decode", "sm_90")].instance
+    kv = 2 * 8 * 32768 * 8 * 128 * 2  # K and V: batch 8, 32768 keys, 8 K/V heads, d128, fp16
+    qo = 2 * 8 * 1 * 32 * 128 * 2
+    assert ATTENTION.bytes(inst, (8, 32, 8, 1, 32768)) == kv + qo
+    assert ATTENTION.flops(inst, (8, 32, 8, 1, 32768)) == 4.0 * 8 * 32 * 32768 * 128

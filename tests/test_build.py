@@ -413,12 +413,13 @@ def test_gfx942_instance_compiles_without_spills_and_uses_mfma(first_shapes, ren
         if gemm:  # gemv: no matrix cores
             assert (k.asm.mfma_count >= 1) == rendered.instance.uses_matrix_cores(), k.symbol
         assert k.launch.source == "tilelang"
-        assert (k.lds_bytes > 0) == (rendered.instance.lds_bytes > 0), k.symbol  # rope keeps everything in registers
         assert k.waves_per_simd >= (rendered.instance.min_waves_per_simd or 1)
+    # rope keeps everything in registers; attention decode's combine kernel uses no LDS beside its split kernel
+    assert (max(k.lds_bytes for k in r.kernels) > 0) == (rendered.instance.lds_bytes > 0), rendered.uri
     entry = Path(r.entry) if Path(r.entry).is_absolute() else ROOT / r.entry
     assert (entry / "kernel.co").read_bytes()[:4] == b"\x7fELF"
-    expected = 3 if gemm and rendered.instance.tail == "specialized" else 1
-    assert len(r.kernels) == expected
+    # one kernel per launch grid: GEMM's specialized edges, attention decode's splits + combine
+    assert len(r.kernels) == len(rendered.instance.launch_grids(r.shape))
 
 
 @needs_nvcc

@@ -151,6 +151,17 @@ LAUNCH_PROBES = """\
   tiling: {block_m: 64, block_n: 64, threads: 128}
   tail: predicated
   targets: [gfx942, sm_90]
+- name: pd
+  op: attention
+  variant: decode
+  dtypes: {input: fp16, out: fp16}
+  head_dim: 64
+  shapes: [{batch: 3, heads: 16, kv_heads: 2, seq_q: 9, seq_kv: 200}]
+  tiling: {block_m: 64, block_n: 32, threads: 128}
+  split_kv: 5
+  causal: bottom_right
+  tail: predicated
+  targets: [gfx942, sm_90]
 """
 
 

@@ -29,6 +29,8 @@ CASES = [
     ("gemm_fp16_ragged_pred", (129, 127, 33), 40 * 33),
     ("attn_bf16_gqa_causal", (2, 8, 2, 160, 160), 4 * 64 * 160),  # one K/V head's 4 query heads, 64 rows
     ("attn_fp16_d128", (2, 4, 4, 128, 192), 2 * 128 * 192),  # two heads, every row
+    # decode, bottom_right: 2 of the 5 query rows a chunk (the shift from the whole seq_q), 18 KV blocks over 16 splits
+    ("attn_bf16_decode_causal", (2, 8, 2, 5, 1100), 4 * 2 * 1100),
     ("rope_fp16_llama3_8b", (7, 4, 2), 2 * 6 * 128),  # two tokens a block; Q rows and K rows apart
     ("rope_fp16_partial_r64", (5, 3, 3), 3 * 6 * 128),
 ]

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from codegen.families.attention.rules import attention_lds_bytes
-from codegen.families.attention.spec import AttentionSpec
+from codegen.families.attention.spec import AttentionSpec, AttentionVariant, CausalMask
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.hardware import Target
 from codegen.spec import TailPolicy
@@ -18,6 +18,12 @@ from codegen.targets.base import TargetSpec
 # An explicit schedule (explicit_pipeline_schedule targets) puts the copies in stage 0 and the compute in stage stages-1.
 ATTENTION_LOOP_COPIES = 2
 ATTENTION_LOOP_COMPUTE = 11
+# The decode template's KV loop: the same two copies, then the mask, S = Q.K^T and the online-softmax
+# update with its -inf guards (a row of a split may see no key yet), O += P.V: 12 statements.
+DECODE_LOOP_COMPUTE = 12
+TEMPLATES = {AttentionVariant.PREFILL: "attention.py.j2", AttentionVariant.DECODE: "attention_decode.py.j2"}
+# where query row i's last visible key sits relative to i, as an expression of make_kernel's arguments
+CAUSAL_SHIFT = {CausalMask.TOP_LEFT: "0", CausalMask.BOTTOM_RIGHT: "seq_kv - seq_q"}
 LOG2E = 1.4426950408889634
 
 
@@ -26,8 +32,9 @@ VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per
 
 @dataclass(frozen=True, kw_only=True)
 class AttentionInstance(InstanceBase):
-    """FlashAttention-style forward for one target: O = softmax(scale * Q.K^T [masked]) . V, one
-    workgroup per (query block, head, batch), KV blocks streamed with an online softmax."""
+    """FlashAttention-style forward for one target: O = softmax(scale * Q.K^T [masked]) . V, KV blocks
+    streamed with an online softmax. prefill: one workgroup per (query block, head, batch); decode: one
+    per (KV split, K/V head's packed rows, batch), then a combine kernel over the splits."""
 
     name: str
     target: Target
@@ -40,7 +47,9 @@ class AttentionInstance(InstanceBase):
     accum_dtype: str
     spec_dtypes: tuple[str, str, str]  # input, out, accumulate as written in the spec
     head_dim: int
-    causal: bool  # top-left aligned: query i attends to keys <= i
+    mask: CausalMask  # none, top_left (query i sees keys j <= i), bottom_right (j <= i + seq_kv - seq_q)
+    variant: AttentionVariant
+    split_kv: int  # decode: splits of the KV sequence (1 for prefill)
     softmax_scale: float  # resolved: the spec's, or 1/sqrt(head_dim)
     block_m: int
     block_n: int
@@ -59,14 +68,20 @@ class AttentionInstance(InstanceBase):
     def uses_matrix_cores(self) -> bool:
         return True  # Q.K^T and P.V
 
+    @property
+    def causal(self) -> bool:
+        return self.mask != CausalMask.NONE
+
     def global_load_bytes(self) -> int | None:
         """The main loop's tile copies are laid out for 16-byte loads per lane."""
         return VECTOR_LOAD_BYTES
 
     def stem(self) -> str:
-        causal = "_causal" if self.causal else ""
-        return (f"attn_{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
-                f"_t{self.threads}_s{self.stages}{tail_tag(self.tail)}")
+        causal = {CausalMask.NONE: "", CausalMask.TOP_LEFT: "_causal", CausalMask.BOTTOM_RIGHT: "_causalbr"}[self.mask]
+        decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
+        split = f"_k{self.split_kv}" if self.variant == AttentionVariant.DECODE else ""
+        return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
+                f"_t{self.threads}_s{self.stages}{split}{tail_tag(self.tail)}")
 
     def template_vars(self) -> dict[str, object]:
         loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)
@@ -76,11 +91,18 @@ class AttentionInstance(InstanceBase):
             "gemm_fn": TARGETS[self.target].gemm_fn,
             "scale_literal": repr(self.softmax_scale),
             "scale_log2_literal": repr(self.softmax_scale * LOG2E),
+            "causal_shift": CAUSAL_SHIFT.get(self.mask, "0"),
         }
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
-        """`T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head, batch)."""
-        batch, heads, _, seq_q, _ = shape
+        """prefill `T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head,
+        batch). decode: `T.Kernel(SPLIT_KV, kv_heads * row_blocks, batch)` for the splits (row_blocks =
+        ceil(heads/kv_heads * seq_q / BLOCK_M) blocks of packed rows per K/V head), then the combine's
+        `T.Kernel(heads, seq_q, batch)`."""
+        batch, heads, kv_heads, seq_q, _ = shape
+        if self.variant == AttentionVariant.DECODE:
+            row_blocks = -(-(heads // kv_heads) * seq_q // self.block_m)
+            return ((self.split_kv, kv_heads * row_blocks, batch), (heads, seq_q, batch))
         return ((-(-seq_q // self.block_m), heads, batch),)
 
     def metadata(self, uri: str) -> dict[str, object]:
@@ -89,7 +111,8 @@ class AttentionInstance(InstanceBase):
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"input": i, "out": o, "accumulate": acc},
             "shapes": [dict(zip(("batch", "heads", "kv_heads", "seq_q", "seq_kv"), s, strict=True)) for s in self.shapes],
-            "head_dim": self.head_dim, "causal": self.causal, "softmax_scale": self.softmax_scale,
+            "head_dim": self.head_dim, "causal": self.mask.value if self.causal else False,
+            "variant": self.variant.value, "split_kv": self.split_kv, "softmax_scale": self.softmax_scale,
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "threads": self.threads},
             "pipeline": {"stages": self.stages,
                          "order": list(self.pipeline_order) if self.pipeline_order else None,
@@ -99,9 +122,10 @@ class AttentionInstance(InstanceBase):
         }
 
     def summary(self) -> dict[str, str]:
-        return {"dtypes": self.dtype_label(), "layout": "bshd" + (" causal" if self.causal else ""),
+        split = f"decode, split_kv {self.split_kv}, " if self.variant == AttentionVariant.DECODE else ""
+        return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
-                "schedule": f"stages {self.stages}", "tail": self.tail.value}
+                "schedule": f"{split}stages {self.stages}", "tail": self.tail.value}
 
     def dtype_label(self) -> str:
         return "/".join(self.spec_dtypes[:2])
@@ -111,15 +135,17 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
     hw = target.hw
     tuning, _ = spec.tuning_for(target.target)
     t, stages = tuning.tiling, tuning.pipeline.stages
-    order, stage = explicit_schedule(target, stages, ATTENTION_LOOP_COPIES, ATTENTION_LOOP_COMPUTE)
+    decode = spec.variant == AttentionVariant.DECODE
+    compute = DECODE_LOOP_COMPUTE if decode else ATTENTION_LOOP_COMPUTE
+    order, stage = explicit_schedule(target, stages, ATTENTION_LOOP_COPIES, compute)
     d = spec.dtypes
     scale = spec.softmax_scale if spec.softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
     return AttentionInstance(
-        name=spec.name, target=target.target, spec_file=spec_file,
+        name=spec.name, target=target.target, spec_file=spec_file, template=TEMPLATES[spec.variant],
         shapes=tuple((s.batch, s.heads, s.kv_heads, s.seq_q, s.seq_kv) for s in spec.shapes),
         in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
         accum_dtype=hw.tilelang_dtypes[d.accumulate], spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
-        head_dim=spec.head_dim, causal=spec.causal, softmax_scale=scale,
+        head_dim=spec.head_dim, mask=spec.causal, variant=spec.variant, split_kv=tuning.split_kv, softmax_scale=scale,
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, tail=spec.tail,
         allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,

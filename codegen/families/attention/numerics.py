@@ -2,7 +2,8 @@
 tolerance, negative controls, derived edge shapes and the torch baselines.
 
 Shapes are (batch, heads, kv_heads, seq_q, seq_kv); Q, O are [batch, seq_q, heads, head_dim] and
-K, V [batch, seq_kv, kv_heads, head_dim]. Causal masks are top-left aligned: query i sees keys j <= i.
+K, V [batch, seq_kv, kv_heads, head_dim]. Causal masks: top_left, query i sees keys j <= i; bottom_right,
+j <= i + seq_kv - seq_q (the queries are the last seq_q positions of the cache).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from codegen.families.attention.spec import AttentionVariant, CausalMask
 from codegen.families.base import Numerics
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
@@ -17,31 +19,61 @@ from codegen.spec import TailPolicy
 from codegen.targets import torch_dtype
 
 
+def visible_pairs(mask: CausalMask, seq_q: int, seq_kv: int) -> int:
+    """(query, key) pairs the mask allows: query i sees min(seq_kv, i + 1 + shift) keys, shift 0
+    (top_left) or seq_kv - seq_q (bottom_right, seq_q <= seq_kv by rule causal_alignment)."""
+    if mask == CausalMask.NONE:
+        return seq_q * seq_kv
+    shift = seq_kv - seq_q if mask == CausalMask.BOTTOM_RIGHT else 0
+    inside = max(0, min(seq_q, seq_kv - shift))  # queries whose row of the mask ends before seq_kv
+    return inside * (shift + 1) + inside * (inside - 1) // 2 + (seq_q - inside) * seq_kv
+
+
 def attention_flops(inst, shape) -> float:
     """4*B*H*Sq*Skv*D: two matmuls (Q.K^T and P.V) of 2*Sq*Skv*D each per (batch, head); halved for a
     causal mask when seq_q == seq_kv (about half of the score matrix is above the diagonal; the
-    diagonal blocks the kernel computes in full are not counted). Softmax work is not counted."""
+    diagonal blocks the kernel computes in full are not counted), and for a causal mask at seq_q !=
+    seq_kv counted over the visible (query, key) pairs only. Softmax work is not counted."""
     b, h, _, sq, skv = shape
+    if inst.causal and sq != skv:
+        return 4.0 * b * h * visible_pairs(inst.mask, sq, skv) * inst.head_dim
     flops = 4.0 * b * h * sq * skv * inst.head_dim
-    return flops / 2 if inst.causal and sq == skv else flops
+    return flops / 2 if inst.causal else flops
+
+
+def visible_keys(mask: CausalMask, seq_q: int, seq_kv: int) -> int:
+    """Keys at least one query may see: the last query sees keys <= seq_q - 1 (top_left), all of them
+    (bottom_right, no mask)."""
+    return min(seq_kv, seq_q) if mask == CausalMask.TOP_LEFT else seq_kv
 
 
 def attention_bytes(inst, shape) -> float:
-    """Compulsory DRAM traffic: read Q, K and V once, write O once."""
+    """Compulsory DRAM traffic: read Q once, each K/V head's K and V rows that some query sees once (the
+    whole cache but for top_left with seq_q < seq_kv), write O once. The query heads sharing a K/V head
+    (GQA) do not multiply it: decode's traffic is the KV cache. The decode workspace (fp32 partial outputs
+    and log-sum-exps, written and read back) is not compulsory and not counted."""
     b, h, kvh, sq, skv = shape
     i, o = DType(inst.spec_dtypes[0]), DType(inst.spec_dtypes[1])
-    d = inst.head_dim
-    return float(b * d * (sq * h * DTYPE_BYTES[i] + 2 * skv * kvh * DTYPE_BYTES[i] + sq * h * DTYPE_BYTES[o]))
+    d, keys = inst.head_dim, visible_keys(inst.mask, sq, skv)
+    return float(b * d * (sq * h * DTYPE_BYTES[i] + 2 * keys * kvh * DTYPE_BYTES[i] + sq * h * DTYPE_BYTES[o]))
 
 
 def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
-    """Small edge shapes on top of the spec's, all batch 1 with 2 query heads on 1 K/V head (GQA):
-    with no tail policy, one block and a few blocks (seq_q != seq_kv where the mask allows it);
-    predicated, a single token, and one past / one short of a block multiple."""
+    """Small edge shapes on top of the spec's, all batch 1, GQA. prefill, 2 query heads on 1 K/V head:
+    with no tail policy, one block and a few blocks (seq_q < seq_kv, where the two causal alignments
+    differ); predicated, a single token, and one past / one short of a block multiple.
+    decode (every split at least one KV block, rule split_kv): 1 query of 2 heads over one block per
+    split; 3 queries of 4 heads (12 packed rows) over two blocks per split; a group of 4 at
+    block_m / 4 + 1 positions (block_m + 4 rows: a second, almost empty row block) over one split of two
+    blocks and the rest of one -- predicated, the keys also one past / half a block past a multiple."""
     bm, bn = inst.block_m, inst.block_n
+    if inst.variant == AttentionVariant.DECODE:
+        k, ragged = inst.split_kv * bn, inst.tail != TailPolicy.NONE
+        return [(1, 2, 1, 1, k), (1, 4, 1, 3, 2 * k + (bn // 2 + 1 if ragged else 0)),
+                (1, 8, 2, bm // 4 + 1, k + (1 if ragged else bn))]
     one = math.lcm(bm, bn)
     if inst.tail == TailPolicy.NONE:
-        return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 2 * one if inst.causal else 3 * one)]
+        return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one)]
     return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1)]
 
 
@@ -51,6 +83,8 @@ class AttentionCase:
     K: object
     V: object
     q_offset: int = 0  # position of Q's first row in the whole sequence (a chunk of the query rows)
+    seq_q: int | None = None  # the whole sequence's seq_q (bottom_right's shift is seq_kv - seq_q); None: Q's
+    workspace: tuple = ()  # decode: the fp32 O_PART and LSE buffers the kernel takes between K/V and O
 
     # the same rounded values in fp32, made on use (a chunk's part only, in the chunked check)
     @property
@@ -65,10 +99,24 @@ class AttentionCase:
     def V32(self):
         return self.V.float()
 
+    @property
+    def causal_shift(self) -> int:
+        """bottom_right: query i sees keys j <= i + seq_kv - seq_q."""
+        return self.K.shape[1] - (self.seq_q if self.seq_q is not None else self.Q.shape[1])
+
+
+# bottom_right with seq_q < seq_kv: the V rows of the last seq_q keys (the only ones some query must not
+# see) are this much larger, so that a mask missing or off by one key shows above the tolerance: with
+# seq_q = 4 over 4096 keys a missing mask adds 3 keys of weight ~1/4096 to the first query, well under
+# bf16's 2^-7 at |v| ~ 1 (the control was vacuous), and 64 |v| puts it above.
+HOT_KEY_VALUE_SCALE = 64.0
+
 
 def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> AttentionCase:
     """'normal': Q, K, V ~ N(0,1). 'wide': each head of Q, K and V scaled by e^[-1.5, 1.5] (sharper and
-    flatter softmax rows from head to head, outputs of different sizes), all rounded to the input dtype."""
+    flatter softmax rows from head to head, outputs of different sizes), all rounded to the input dtype.
+    bottom_right with seq_q < seq_kv: V of the last seq_q keys times HOT_KEY_VALUE_SCALE.
+    decode also gets its fp32 workspace (O_PART, LSE), NaN-filled: the kernel must write what it reads."""
     import torch
 
     b, h, kvh, sq, skv = shape
@@ -81,15 +129,33 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
         q = q * torch.exp(torch.empty(1, 1, h, 1).uniform_(-1.5, 1.5, generator=g))
         k = k * torch.exp(torch.empty(1, 1, kvh, 1).uniform_(-1.5, 1.5, generator=g))
         v = v * torch.exp(torch.empty(1, 1, kvh, 1).uniform_(-1.5, 1.5, generator=g))
+    if inst.mask == CausalMask.BOTTOM_RIGHT and sq < skv:
+        v[:, skv - sq:] *= HOT_KEY_VALUE_SCALE
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     qq, kq, vq = q.to(dt), k.to(dt), v.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
-    return AttentionCase(Q=qq.to(device), K=kq.to(device), V=vq.to(device))
+    workspace = ()
+    if inst.variant == AttentionVariant.DECODE:
+        workspace = (torch.full((b, sq, h, inst.split_kv, d), float("nan"), device=device),
+                     torch.full((b, sq, h, inst.split_kv), float("nan"), device=device))
+    return AttentionCase(Q=qq.to(device), K=kq.to(device), V=vq.to(device), workspace=workspace)
 
 
-def _attention32(inst, case: AttentionCase, *, causal: bool, stats: bool = False, kv_end=None):
+def allowed_keys(mask: CausalMask, rows, cols, shift: int):
+    """Which keys (cols, [1, skv]) each query (rows, [sq, 1] positions in the whole sequence) may see."""
+    import torch
+
+    if mask == CausalMask.TOP_LEFT:
+        return cols <= rows
+    if mask == CausalMask.BOTTOM_RIGHT:
+        return cols <= rows + shift
+    return torch.ones(rows.shape[0], cols.shape[1], dtype=torch.bool, device=rows.device)
+
+
+def _attention32(inst, case: AttentionCase, *, mask: CausalMask, stats: bool = False, keep=None):
     """fp32 attention by explicit math, one batch at a time: s = scale*q.k^T, mask, softmax, .v, with
-    K/V heads repeated for GQA. kv_end(i) -> keys [0, kv_end) that query row i may see (a control's bug).
-    With stats, also the per-element error magnitudes of the tolerance (see attention_reference)."""
+    K/V heads repeated for GQA. keep(rows, cols) -> the keys a control's bug leaves each query row
+    (positions in the whole sequence). With stats, also the per-element error magnitudes of the
+    tolerance (see attention_reference)."""
     import torch
 
     q, k, v = case.Q32, case.K32, case.V32
@@ -100,9 +166,9 @@ def _attention32(inst, case: AttentionCase, *, causal: bool, stats: bool = False
     mag = torch.empty_like(q) if stats else None
     rows = torch.arange(sq, device=q.device)[:, None] + case.q_offset
     cols = torch.arange(skv, device=q.device)[None, :]
-    allowed = (cols <= rows) if causal else torch.ones(sq, skv, dtype=torch.bool, device=q.device)
-    if kv_end is not None:
-        allowed = allowed & (cols < kv_end(rows))
+    allowed = allowed_keys(mask, rows, cols, case.causal_shift)
+    if keep is not None:
+        allowed = allowed & keep(rows, cols)
     for bi in range(b):
         qb = q[bi].transpose(0, 1)  # [h, sq, d]
         kb = k[bi].transpose(0, 1).repeat_interleave(group, dim=0)  # [h, skv, d]
@@ -147,43 +213,84 @@ def _attention_error_mag(inst, qb, kb, vb, s, m, den, p, allowed):
 
 def attention_reference(inst, case: AttentionCase):
     """fp32 reference from the same rounded inputs and the modelled error magnitude per element."""
-    return _attention32(inst, case, causal=inst.causal, stats=True)
+    return _attention32(inst, case, mask=inst.mask, stats=True)
+
+
+def _split_first_block(split: int, kv_blocks: int, split_kv: int) -> int:
+    """decode: the first KV block of split `split` (the template's s * nb // SPLIT_KV)."""
+    return split * kv_blocks // split_kv
+
+
+def _dropped_block_keep(inst, seq_q: int, seq_kv: int, shift: int):
+    """keep(rows, cols) of dropped_kv_block: a wrong KV trip count. prefill: the rows of the first query
+    block miss the last KV block that block visits (causal: up to its last visible key, block_m - 1 +
+    shift; else all). decode: every row misses the last KV block of split 0."""
+    bn, nb = inst.block_n, math.ceil(seq_kv / inst.block_n)
+    if inst.variant == AttentionVariant.DECODE:
+        last = _split_first_block(1, nb, inst.split_kv) - 1
+        return lambda r, c: (c < last * bn) | (c >= (last + 1) * bn)
+    visited = nb
+    if inst.causal:
+        visited = min(visited, max(1, math.ceil((inst.block_m + (shift if inst.mask == CausalMask.BOTTOM_RIGHT else 0)) / bn)))
+    start = (visited - 1) * bn
+    return lambda r, c: (r >= inst.block_m) | (c < start)
+
+
+def _dropped_split_keep(inst, seq_kv: int):
+    """keep(rows, cols) of dropped_split (decode): the combine ignores the last split's partial output,
+    i.e. every row loses the keys of that split's KV blocks."""
+    nb = math.ceil(seq_kv / inst.block_n)
+    start = _split_first_block(inst.split_kv - 1, nb, inst.split_kv) * inst.block_n
+    return lambda r, c: c < start
+
+
+def _controls(inst, case: AttentionCase, ref) -> dict[str, object]:
+    """Every negative control for one case (or one chunk of it: rows at case.q_offset)."""
+    import torch
+
+    seq_q = case.seq_q if case.seq_q is not None else case.Q.shape[1]
+    seq_kv = case.K.shape[1]
+    out = {"zeros": torch.zeros_like(ref)}
+    if inst.causal:
+        if not (inst.mask == CausalMask.BOTTOM_RIGHT and seq_q == 1):  # one query at the end sees every key
+            out["causal_mask_missing"] = _attention32(inst, case, mask=CausalMask.NONE)[0]
+        if seq_q != seq_kv:  # the two alignments are one mask at seq_q == seq_kv
+            other = CausalMask.BOTTOM_RIGHT if inst.mask == CausalMask.TOP_LEFT else CausalMask.TOP_LEFT
+            out["causal_other_alignment"] = _attention32(inst, case, mask=other)[0]
+    else:
+        out["causal_mask_applied"] = _attention32(inst, case, mask=CausalMask.TOP_LEFT)[0]
+    keep = _dropped_block_keep(inst, seq_q, seq_kv, case.causal_shift)
+    if inst.variant == AttentionVariant.DECODE or case.q_offset < inst.block_m:
+        out["dropped_kv_block"] = _attention32(inst, case, mask=inst.mask, keep=keep)[0]
+    else:
+        out["dropped_kv_block"] = ref  # rows past the first query block: the bug does not reach them
+    if inst.variant == AttentionVariant.DECODE:
+        out["dropped_split"] = _attention32(inst, case, mask=inst.mask, keep=_dropped_split_keep(inst, seq_kv))[0]
+    return out
 
 
 def attention_dropped_block(inst, case: AttentionCase, ref):
-    """Negative control: the rows of the first query block miss the last KV block that block visits
-    (the causal kernel visits ceil(block_m/block_n) blocks, a non-causal one all) -- a wrong KV trip
-    count. Rows left with no key at all get NaN (0/0)."""
-    sq, skv = case.Q32.shape[1], case.K32.shape[1]
-    visited = math.ceil(skv / inst.block_n)
-    if inst.causal:
-        visited = min(visited, math.ceil(inst.block_m / inst.block_n))
-    start = (visited - 1) * inst.block_n
-    rows = min(inst.block_m, sq)
-    bad, _ = _attention32(inst, case, causal=inst.causal, kv_end=lambda r: start)
+    """Negative control dropped_kv_block on a whole case (see _dropped_block_keep). Rows left with no key
+    at all get NaN (0/0)."""
+    seq_q, seq_kv = case.Q.shape[1], case.K.shape[1]
+    bad, _ = _attention32(inst, case, mask=inst.mask, keep=_dropped_block_keep(inst, seq_q, seq_kv, case.causal_shift))
+    if inst.variant == AttentionVariant.DECODE:
+        return bad
     out = ref.clone()
+    rows = min(inst.block_m, seq_q)
     out[:, :rows] = bad[:, :rows]
     return out
 
 
 def attention_controls(inst, case: AttentionCase, ref) -> dict[str, object]:
-    import torch
-
-    wrong, _ = _attention32(inst, case, causal=not inst.causal)
-    return {
-        "zeros": torch.zeros_like(ref),
-        "causal_mask_missing" if inst.causal else "causal_mask_applied": wrong,
-        "dropped_kv_block": attention_dropped_block(inst, case, ref),
-    }
+    return _controls(inst, case, ref)
 
 
 def attention_chunks(inst, case: AttentionCase, max_elements: int):
     """The chunked check: per batch, groups of K/V heads with the query heads they serve, and blocks of
     query rows, so that a chunk's score matrix (heads x rows x seq_kv fp32) is about max_elements
-    elements (one K/V head's group and one row at least). The causal mask and dropped_kv_block use the
-    rows' positions in the whole sequence (q_offset)."""
-    import torch
-
+    elements (one K/V head's group and one row at least). The causal masks and the controls use the
+    rows' positions in the whole sequence (q_offset, seq_q)."""
     from codegen.verify import CheckChunk
 
     b, sq, h, _ = case.Q.shape
@@ -192,61 +299,67 @@ def attention_chunks(inst, case: AttentionCase, max_elements: int):
     per_kv_head = group * sq * skv
     kv_step = max(1, min(kvh, max_elements // max(per_kv_head, 1)))
     q_step = sq if kv_step > 1 or per_kv_head <= max_elements else max(1, max_elements // max(group * skv, 1))
-    visited = math.ceil(skv / inst.block_n)
-    if inst.causal:
-        visited = min(visited, math.ceil(inst.block_m / inst.block_n))
-    start = (visited - 1) * inst.block_n
     for bi in range(b):
         for g0 in range(0, kvh, kv_step):
             heads = slice(g0 * group, min(kvh, g0 + kv_step) * group)
             for q0 in range(0, sq, q_step):
                 rows = slice(q0, q0 + q_step)
                 sub = AttentionCase(Q=case.Q[bi:bi + 1, rows, heads], K=case.K[bi:bi + 1, :, g0:g0 + kv_step],
-                                    V=case.V[bi:bi + 1, :, g0:g0 + kv_step], q_offset=q0)
-                ref, mag = _attention32(inst, sub, causal=inst.causal, stats=True)
-                wrong, _ = _attention32(inst, sub, causal=not inst.causal)
-                dropped, top = ref, min(inst.block_m, sq) - q0
-                if top > 0:
-                    bad, _ = _attention32(inst, sub, causal=inst.causal, kv_end=lambda r: start)
-                    dropped = ref.clone()
-                    dropped[:, :top] = bad[:, :top]
-                controls = {"zeros": torch.zeros_like(ref),
-                            "causal_mask_missing" if inst.causal else "causal_mask_applied": wrong,
-                            "dropped_kv_block": dropped}
+                                    V=case.V[bi:bi + 1, :, g0:g0 + kv_step], q_offset=q0, seq_q=sq)
+                ref, mag = _attention32(inst, sub, mask=inst.mask, stats=True)
+                controls = _controls(inst, sub, ref)
                 yield CheckChunk(index=(slice(bi, bi + 1), rows, heads), ref=ref, mag=mag, controls=controls)
-                del ref, mag, wrong, dropped, controls
+                del ref, mag, controls
+
+
+def sdpa_mask(mask: CausalMask, seq_q: int, seq_kv: int) -> dict[str, object]:
+    """The keyword arguments that give F.scaled_dot_product_attention the kernel's mask. SDPA's is_causal
+    is top-left aligned; bottom_right equals it at seq_q == seq_kv and is no mask at all for one query;
+    otherwise torch's lower-right CausalBias (which SDPA runs as flash's causal -- bottom-right in
+    FlashAttention -- or memory-efficient's lower-right mask, and as a materialised mask elsewhere)."""
+    if mask == CausalMask.NONE or (mask == CausalMask.BOTTOM_RIGHT and seq_q == 1):
+        return {"is_causal": False}
+    if mask == CausalMask.TOP_LEFT or seq_q == seq_kv:
+        return {"is_causal": True}
+    from torch.nn.attention.bias import causal_lower_right
+
+    return {"attn_mask": causal_lower_right(seq_q, seq_kv)}
 
 
 def attention_baselines(inst, case: AttentionCase, out_dtype):
     """F.scaled_dot_product_attention in [batch, heads, seq, dim] views of the same tensors, pinned to
-    the flash and to the cuDNN backend (eager), and torch.compile of the explicit math. SDPA's causal
-    mask is top-left aligned like the kernel's; GQA via enable_gqa."""
+    the flash, the cuDNN and the memory-efficient backend (eager; a backend that refuses the case is
+    reported as such by bench), and torch.compile of the explicit math. The mask is the kernel's
+    (sdpa_mask: never is_causal for bottom_right at seq_q < seq_kv); GQA via enable_gqa."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     q, k, v = (t.transpose(1, 2) for t in (case.Q, case.K, case.V))
     gqa = q.shape[1] != k.shape[1]
-    scale, causal = inst.softmax_scale, inst.causal
+    scale, mask = inst.softmax_scale, inst.mask
+    sq, skv = q.shape[2], k.shape[2]
+    masking = sdpa_mask(mask, sq, skv)
 
     def sdpa(backend):
         def run():
             with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
+                return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa, **masking)
         return run
 
     def math_op(q_, k_, v_):
         group = q_.shape[1] // k_.shape[1]
         k_, v_ = k_.repeat_interleave(group, dim=1), v_.repeat_interleave(group, dim=1)
         s = (q_.float() @ k_.float().transpose(-1, -2)) * scale
-        if causal:
-            sq, skv = s.shape[-2:]
-            s = s.masked_fill(torch.ones(sq, skv, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        if mask != CausalMask.NONE:
+            n_q, n_kv = s.shape[-2:]
+            shift = n_kv - n_q if mask == CausalMask.BOTTOM_RIGHT else 0
+            s = s.masked_fill(torch.ones(n_q, n_kv, dtype=torch.bool, device=s.device).triu(1 + shift), float("-inf"))
         return (torch.softmax(s, dim=-1) @ v_.float()).to(out_dtype)
 
-    compiled = compiled_once(("attention", inst.spec_dtypes, causal, scale), math_op)
+    compiled = compiled_once(("attention", inst.spec_dtypes, mask.value, scale), math_op)
     return {"sdpa_flash": sdpa(SDPBackend.FLASH_ATTENTION), "sdpa_cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-            "compile": lambda: compiled(q, k, v)}
+            "sdpa_efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION), "compile": lambda: compiled(q, k, v)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,6 +406,6 @@ NUMERICS = Numerics(
     controls=attention_controls,
     derived_shapes=attention_derived_shapes,
     out_shape=lambda inst, s: (s[0], s[3], s[1], inst.head_dim),
-    launch=lambda kernel, case, out: kernel(case.Q, case.K, case.V, out),
+    launch=lambda kernel, case, out: kernel(case.Q, case.K, case.V, *case.workspace, out),
     baselines=attention_baselines,
 )

@@ -1,6 +1,7 @@
 """Attention legality rules: named predicates over (spec, target), each yielding `Violation`s.
 
-One workgroup per (query block, head, batch). Both matmuls (S = Q.K^T over head_dim, O += P.V over
+prefill: one workgroup per (query block, head, batch). decode: one per (KV split, K/V head and block of
+its packed query rows, batch), plus the combine kernel. Both matmuls (S = Q.K^T over head_dim, O += P.V over
 block_n) split the block's query rows among the waves/warps (GemmWarpPolicy.FullRow), so each
 wave owns whole rows of S and the row max/sum never cross waves.
 """
@@ -9,7 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from codegen.families.attention.spec import ATTENTION_HEAD_DIMS, AttentionSpec, AttentionTuning
+from codegen.families.attention.spec import (
+    ATTENTION_HEAD_DIMS,
+    AttentionSpec,
+    AttentionTuning,
+    AttentionVariant,
+    CausalMask,
+)
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
@@ -109,17 +116,55 @@ def attn_tail_policy(c: AttentionContext) -> Iterator[Violation]:
         return
     t = c.tuning.tiling
     where = f" on {c.hw.target}" if c.origin["tiling"][0] == "overrides" else ""
+    decode = c.spec.variant == AttentionVariant.DECODE  # decode's packed query rows are always bounds-checked
     for i, s in enumerate(c.spec.shapes):
-        dims = (("seq_q", s.seq_q, "block_m", t.block_m), ("seq_kv", s.seq_kv, "block_n", t.block_n))
+        dims = ((() if decode else (("seq_q", s.seq_q, "block_m", t.block_m),))
+                + (("seq_kv", s.seq_kv, "block_n", t.block_n),))
         ragged = [f"{d}={v} is not a multiple of {b}={bv}" for d, v, b, bv in dims if v % bv]
         if ragged:
             yield Violation(rule="tail_policy", path=("shapes", i), value=None,
                             message=f"{', '.join(ragged)}{where}: set tail: predicated")
 
 
+def attention_kv_blocks(seq_kv: int, block_n: int) -> int:
+    return -(-seq_kv // block_n)
+
+
+def attn_split_kv(c: AttentionContext) -> Iterator[Violation]:
+    """decode: split s of split_kv takes KV blocks [s*nb//split_kv, (s+1)*nb//split_kv) of the nb =
+    ceil(seq_kv/block_n), so every split gets at least one block only if split_kv <= nb. prefill has no
+    splits."""
+    split = c.tuning.split_kv
+    if c.spec.variant != AttentionVariant.DECODE:
+        if split != 1:
+            yield Violation(rule="split_kv", path=c.at("split_kv"), value=split,
+                            message="only variant: decode splits the KV sequence: leave split_kv at 1")
+        return
+    bn = c.tuning.tiling.block_n
+    where = f" on {c.hw.target}" if c.origin["split_kv"][0] == "overrides" or c.origin["tiling"][0] == "overrides" else ""
+    for i, s in enumerate(c.spec.shapes):
+        nb = attention_kv_blocks(s.seq_kv, bn)
+        if split > nb:
+            yield Violation(rule="split_kv", path=c.at("split_kv"), value=split,
+                            message=f"over the {nb} KV block(s) of {bn} keys of shapes[{i}] (seq_kv={s.seq_kv}){where}: "
+                                    "every split needs at least one block")
+
+
+def attn_causal_alignment(c: AttentionContext) -> Iterator[Violation]:
+    """bottom_right puts the queries at the end of the keys: with seq_q > seq_kv the first seq_q - seq_kv
+    queries would see no key at all."""
+    if c.spec.causal != CausalMask.BOTTOM_RIGHT:
+        return
+    for i, s in enumerate(c.spec.shapes):
+        if s.seq_q > s.seq_kv:
+            yield Violation(rule="causal_alignment", path=("shapes", i, "seq_q"), value=s.seq_q,
+                            message=f"over seq_kv={s.seq_kv}: with causal: bottom_right the first "
+                                    f"{s.seq_q - s.seq_kv} queries would see no key")
+
+
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
-    attn_tail_policy,
+    attn_tail_policy, attn_split_kv, attn_causal_alignment,
 )
 
 

@@ -1,15 +1,21 @@
 """The attention spec model (`op: attention`): FlashAttention-style forward.
 
-One workgroup per (query block of block_m rows, head, batch); KV blocks of block_n keys stream through
-LDS/shared memory with an online softmax (running max and sum in fp32); nothing of seq_q x seq_kv is stored.
+variant prefill: one workgroup per (query block of block_m rows, head, batch); KV blocks of block_n keys
+stream through LDS/shared memory with an online softmax (running max and sum in fp32); nothing of
+seq_q x seq_kv is stored. variant decode (flash-decoding): the query heads of one K/V head and all of the
+few query positions are packed into the rows of one block, the KV sequence is split over split_kv
+workgroups that each write a partial output and its log-sum-exp (fp32 workspace), and a second kernel
+of the same module merges them.
 Layout: Q and O [batch, seq_q, heads, head_dim], K and V [batch, seq_kv, kv_heads, head_dim] (README).
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt
+from pydantic import BeforeValidator, Field, StrictBool, StrictInt
+from pydantic_core import PydanticCustomError
 
 from codegen.hardware import Target
 from codegen.spec import (
@@ -27,6 +33,34 @@ from codegen.spec import (
 )
 
 ATTENTION_HEAD_DIMS = (64, 128)
+
+
+class CausalMask(StrEnum):
+    """Which keys query i (of seq_q) may see among seq_kv. `causal: true` (the bool of earlier specs)
+    means top_left, what it always meant."""
+
+    NONE = "none"  # every key
+    TOP_LEFT = "top_left"  # j <= i (SDPA's is_causal=True)
+    BOTTOM_RIGHT = "bottom_right"  # j <= i + (seq_kv - seq_q): the queries are the last seq_q positions (KV cache)
+
+
+def _causal(value: object) -> object:
+    if value is False:
+        return CausalMask.NONE
+    if value is True:
+        return CausalMask.TOP_LEFT
+    if value in (CausalMask.TOP_LEFT.value, CausalMask.BOTTOM_RIGHT.value):
+        return CausalMask(value)
+    raise PydanticCustomError("causal", "must be false, top_left or bottom_right (true, as in earlier specs, "
+                              "means top_left)")
+
+
+Causal = Annotated[CausalMask, BeforeValidator(_causal)]
+
+
+class AttentionVariant(StrEnum):
+    PREFILL = "prefill"  # one workgroup per (query block, head, batch), the whole KV loop in it
+    DECODE = "decode"  # split KV: GQA-packed rows, split_kv partial outputs + log-sum-exp, a combine kernel
 
 
 class AttentionShape(Model):
@@ -48,11 +82,13 @@ class AttentionTuning(Model):
 
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
+    split_kv: PositiveInt = 1
 
 
 class AttentionOverride(Model):
     tiling: AttentionTiling | None = None
     pipeline: Pipeline | None = None
+    split_kv: PositiveInt | None = None
 
 
 class AttentionSpec(Model):
@@ -61,10 +97,12 @@ class AttentionSpec(Model):
     dtypes: RowDTypes
     shapes: Annotated[list[AttentionShape], Field(min_length=1, max_length=MAX_SHAPES)]
     head_dim: PositiveInt  # 64 or 128 (rule head_dim)
-    causal: StrictBool = False  # top-left aligned: query i attends to keys <= i
+    causal: Causal = CausalMask.NONE  # false, top_left or bottom_right (true = top_left)
+    variant: AttentionVariant = AttentionVariant.PREFILL
     softmax_scale: PositiveFp32 | None = None  # None: 1/sqrt(head_dim)
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
+    split_kv: PositiveInt = 1  # decode: workgroups the KV sequence of one (batch, K/V head) is split over
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -78,7 +116,7 @@ class AttentionSpec(Model):
         return resolve_tuning(self, AttentionTuning, target)
 
 
-ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages")
+ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages", "split_kv")
 AttentionSearch = search_model("AttentionSearch", AttentionSpec, ATTENTION_TUNABLES)
 AttentionSpec.model_rebuild()
 
@@ -86,14 +124,15 @@ AttentionSpec.model_rebuild()
 # `tilegen init` writes this as specs/attention.yaml.
 STARTER = """\
 # Attention forward (FlashAttention style): Q, O [batch, seq_q, heads, head_dim], K, V [batch, seq_kv,
-# kv_heads, head_dim]; online softmax over KV blocks; causal masks aligned top-left.
+# kv_heads, head_dim]; online softmax over KV blocks. causal: false, top_left (query i sees keys j <= i, as
+# SDPA's is_causal) or bottom_right (the queries are the last seq_q positions of the KV cache).
 - name: attn_fp16_d128
   op: attention
   dtypes: {input: fp16, out: fp16, accumulate: fp32}
   shapes:
     - {batch: 1, heads: 32, kv_heads: 8, seq_q: 2048, seq_kv: 2048}
   head_dim: 128
-  causal: true
+  causal: top_left
   tiling: {block_m: 128, block_n: 128, threads: 256}
   pipeline: {stages: 2}
   tail: none
