@@ -16,7 +16,7 @@ from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_ta
 from codegen.hardware import DTYPE_BYTES, DType, Hardware, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF
 from codegen.rules import Violation, threads_violations
-from codegen.spec import MAX_SHAPES, Identifier, Model, PositiveInt, RowDTypes, TailPolicy, ToleranceScale
+from codegen.spec import MAX_INT32, MAX_SHAPES, Identifier, Model, PositiveInt, RowDTypes, TailPolicy, ToleranceScale
 from codegen.targets import torch_dtype
 from codegen.targets.base import TargetSpec
 
@@ -31,7 +31,7 @@ class RowShape(Model):
 
 
 Vector = Literal[1, 2, 4, 8]
-ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail")  # what a row family's `search:` may list
+ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail", "peel")  # what a row family's `search:` may list
 
 
 class RowSpecBase(Model):
@@ -42,6 +42,8 @@ class RowSpecBase(Model):
     vector: Vector = 8  # elements per thread per load (one 16-byte load for fp16/bf16 at 8)
     unroll: PositiveInt = 1  # unroll factor of the streaming column loops (T.unroll)
     tail: TailPolicy = TailPolicy.NONE
+    # a scalar head up to the row's first vector*bytes boundary, aligned vector loads, a scalar tail (odd rows)
+    peel: StrictBool = False
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False
     verify_tolerance_scale: ToleranceScale = 1.0
@@ -159,8 +161,32 @@ def row_unroll(c: RowContext) -> Iterator[Violation]:
                                 f"lives in registers); unroll applies to {spec.streaming_variant}")
 
 
+def row_peel(c: RowContext) -> Iterator[Violation]:
+    """peel: true aligns each row's loads itself (a scalar head up to the row's first vector boundary, whole
+    vectors, a scalar tail), so the head and tail shift the vector body by a different amount per row."""
+    spec = c.spec
+    if not spec.peel:
+        return
+    if spec.row_in_registers:
+        yield Violation(rule="peel_variant", path=("peel",), value=True,
+                        message=f"the {spec.variant.value} variant holds the row in registers by chunk; peeled rows "
+                                f"are streamed: variant: {spec.streaming_variant}")
+    if spec.vector == 1:
+        yield Violation(rule="peel_vector", path=("vector",), value=1,
+                        message="peel aligns vector loads; with vector 1 there is nothing to align")
+    if spec.tail == TailPolicy.NONE:
+        yield Violation(rule="peel_tail", path=("tail",), value=spec.tail.value,
+                        message="peel moves each row's vector body by its head, so its last chunk is ragged in "
+                                "some rows: set tail: specialized or predicated")
+    for i, s in enumerate(spec.shapes):
+        if s.rows * s.cols > MAX_INT32:
+            yield Violation(rule="index_width", path=("shapes", i), value=None,
+                            message=f"peel indexes the rows as one flat int32 array: rows*cols={s.rows * s.cols} "
+                                    f"is over {MAX_INT32}")
+
+
 ROW_RULES: tuple[RowRule, ...] = (
-    row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll,
+    row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll, row_peel,
 )
 
 
@@ -193,6 +219,7 @@ class RowInstance(InstanceBase):
     reduce_groups: int  # 32-lane groups whose partials meet in LDS
     unroll: int
     tail: TailPolicy
+    peel: bool  # scalar head and tail around aligned vectors, each row (rule row_peel)
     allow_spills: bool
     min_waves_per_simd: int | None
     verify_tolerance_scale: float = field(compare=False)
@@ -206,13 +233,24 @@ class RowInstance(InstanceBase):
     def stem(self) -> str:
         parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", self._variant_tag(), f"t{self.threads}",
                  f"v{self.vector}"]
-        return "_".join(parts + [f"u{self.unroll}"] * (self.unroll > 1)) + tail_tag(self.tail)
+        parts += [f"u{self.unroll}"] * (self.unroll > 1) + ["peel"] * self.peel
+        return "_".join(parts) + tail_tag(self.tail)
 
     def _variant_tag(self) -> str:
         raise NotImplementedError
 
     def template_vars(self) -> dict[str, object]:
-        return {"target_literal": repr(dict(self.tilelang_target))}
+        """How a chunk macro's (X, n, row) arguments address the row: unpeeled, X[row, col] with column
+        extent n; peeled, the flat views Xf/Yf from the row's first aligned element a0 with extent nvec in
+        whole vectors, so that the vector index is provably a multiple of VEC (TVM emits the 16-byte load
+        only then)."""
+        if self.peel:
+            row = {"row_args": "Xf, nvec, a0", "store_args": "Xf, Yf, nvec, a0", "y_at": "Y[row + c * CHUNK + tx * VEC + v]",
+                   "in_row": "c * THREADS + tx < n", "param_origin": "head"}
+        else:
+            row = {"row_args": "X, N, row", "store_args": "X, Y, N, row", "y_at": "Y[row, c * CHUNK + tx * VEC + v]",
+                   "in_row": "c * CHUNK + tx * VEC + v < n", "param_origin": "0"}
+        return {"target_literal": repr(dict(self.tilelang_target)), **row}
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """`T.Kernel(M, ...)`: one workgroup per row, along x."""
@@ -225,7 +263,7 @@ class RowInstance(InstanceBase):
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"input": i, "out": o, "accumulate": acc}, "shapes": [list(s) for s in self.shapes],
             "threads": self.threads, "vector": self.vector, "unroll": self.unroll, "tail": self.tail.value,
-            "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
+            "peel": self.peel, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
             "lds_bytes": self.lds_bytes, **self._family_metadata(),
         }
 
@@ -254,6 +292,7 @@ def row_fields(spec: RowSpecBase, target: TargetSpec, spec_file: str) -> dict[st
         "accum_dtype": hw.tilelang_dtypes[d.accumulate], "spec_dtypes": (d.input.value, d.out.value, d.accumulate.value),
         "threads": spec.threads, "vector": spec.vector, "chunk": row_chunk(spec),
         "reduce_groups": max(1, spec.threads // REDUCE_GROUP_LANES), "unroll": spec.unroll, "tail": spec.tail,
+        "peel": spec.peel,
         "allow_spills": spec.allow_spills, "min_waves_per_simd": spec.min_waves_per_simd,
         "verify_tolerance_scale": spec.verify_tolerance_scale, "lds_bytes": row_lds_bytes(spec),
         "tilelang_target": tilelang_target(target),
@@ -276,6 +315,21 @@ def row_derived_shapes(inst) -> list[tuple[int, int]]:
     longest = max(cols for _, cols in inst.shapes)
     cand = [(1, c), (3, 2 * c)] if inst.tail == TailPolicy.NONE else [(1, 1), (2, c + 1), (3, 2 * c - 1)]
     return [s for s in cand if s[1] <= max(longest, c)]
+
+
+def peel_scalar_mask(inst, rows: int, cols: int, r0: int = 0):
+    """[rows, cols] bool, True where a peeled kernel (peel: true) reads and writes element by element: each
+    row's head, from its first element to the first VEC-aligned element of the flat (16-byte aligned)
+    buffer, and its tail after the last whole vector -- for rows r0 .. r0 + rows of the tensor. The same
+    arithmetic as the template's peel_setup (_rows.j2)."""
+    import torch
+
+    vec = inst.vector
+    base = torch.arange(r0, r0 + rows, dtype=torch.int64).unsqueeze(1) * cols
+    head = torch.clamp((-base) % vec, max=cols)
+    tail0 = head + (cols - head) // vec * vec
+    col = torch.arange(cols, dtype=torch.int64).unsqueeze(0)
+    return (col < head) | (col >= tail0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,7 +361,8 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
                whole_controls=None):
     """The chunked check of a row family: blocks of whole rows, about max_elements elements each (one row
     at least), the case's X sliced (weights and bias whole). `reference(inst, sub)` and
-    `controls(inst, sub, ref)` are the family's own, row by row alike; a control in `first_row_controls`
+    `controls(inst, sub, ref, r0=r0)` are the family's own, row by row alike (r0: the block's first row, for
+    controls that depend on where a row lies in memory); a control in `first_row_controls`
     wrongs the first row only, so in later blocks it is the reference itself; `whole_controls(inst, case,
     step)`, if given, returns {name: fn(sub, r0) -> wrong} for controls that mix rows (a pre-pass over the
     blocks gathers what they need)."""
@@ -321,7 +376,7 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
     for r0 in range(0, rows, step):
         sub = replace(case, X=case.X[r0:r0 + step])
         ref, mag = reference(inst, sub)
-        wrong = controls(inst, sub, ref)
+        wrong = controls(inst, sub, ref, r0=r0)
         for name in first_row_controls:
             if r0 > 0:
                 wrong[name] = ref

@@ -7,7 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codegen.families.base import Numerics
-from codegen.families.rows import RowTolerance, row_bytes, row_chunks, row_derived_shapes, row_inputs, row_tolerance
+from codegen.families.rows import (
+    RowTolerance,
+    peel_scalar_mask,
+    row_bytes,
+    row_chunks,
+    row_derived_shapes,
+    row_inputs,
+    row_tolerance,
+)
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import compiled_once
 from codegen.targets import torch_dtype
@@ -124,7 +132,25 @@ def norm_dropped_chunk(inst, case: NormCase, chunk: int):
     return bad
 
 
-def norm_controls(inst, case: NormCase, ref) -> dict[str, object]:
+def norm_peel_skipped(inst, case: NormCase, r0: int):
+    """Negative control of peel: a peeled kernel whose scalar step is skipped -- each row's head and tail
+    (peel_scalar_mask) left out of its statistics (still divided by cols) and never written (verify's output
+    starts as NaN; left out of the statistics alone they move a long row's rstd by less than the rounding)."""
+    import torch
+
+    x, n, eps = case.X32, case.X32.shape[-1], inst.eps
+    scalar = peel_scalar_mask(inst, *x.shape, r0=r0)
+    body = x.masked_fill(scalar, 0.0)
+    if inst.centered:
+        mean = body.sum(-1, keepdim=True) / n
+        var = (body - mean).masked_fill(scalar, 0.0).square().sum(-1, keepdim=True) / n
+        out = (x - mean) * torch.rsqrt(var + eps) * case.W32 + case.B32
+    else:
+        out = x * torch.rsqrt(body.square().sum(-1, keepdim=True) / n + eps) * case.W32
+    return out.masked_fill(scalar, float("nan"))
+
+
+def norm_controls(inst, case: NormCase, ref, r0: int = 0) -> dict[str, object]:
     import torch
     import torch.nn.functional as F
 
@@ -136,6 +162,8 @@ def norm_controls(inst, case: NormCase, ref) -> dict[str, object]:
     else:
         controls["no_weight"] = _rms_norm32(x, None, eps)
     controls["dropped_chunk"] = norm_dropped_chunk(inst, case, inst.chunk)
+    if inst.peel:
+        controls["peel_skipped"] = norm_peel_skipped(inst, case, r0)
     return controls
 
 

@@ -7,6 +7,7 @@ from codegen.families.base import Numerics
 from codegen.families.rows import (
     RowCase,
     RowTolerance,
+    peel_scalar_mask,
     row_bytes,
     row_chunks,
     row_derived_shapes,
@@ -55,14 +56,32 @@ def softmax_dropped_chunk(case: RowCase, chunk: int):
     return bad
 
 
-def softmax_controls(inst, case: RowCase, ref) -> dict[str, object]:
+def softmax_peel_skipped(inst, case: RowCase, r0: int):
+    """Negative control of peel: a peeled kernel whose scalar step is skipped -- each row's head and tail
+    (peel_scalar_mask) left out of its max and sum and never written (verify's output starts as NaN). Left out
+    of the statistics alone they move a long row's sum by less than the fp16 rounding, so the unwritten
+    elements are what the check can see."""
     import torch
 
-    return {
+    x = case.X32
+    scalar = peel_scalar_mask(inst, *x.shape, r0=r0)
+    body = x.masked_fill(scalar, float("-inf"))
+    m = body.amax(-1, keepdim=True)
+    out = torch.exp(body - m) / torch.exp(body - m).sum(-1, keepdim=True)
+    return out.masked_fill(scalar, float("nan"))
+
+
+def softmax_controls(inst, case: RowCase, ref, r0: int = 0) -> dict[str, object]:
+    import torch
+
+    controls = {
         "zeros": torch.zeros_like(ref),
         "wrong_axis": torch.softmax(case.X32, dim=0),  # softmax over rows instead of columns
         "dropped_chunk": softmax_dropped_chunk(case, inst.chunk),
     }
+    if inst.peel:
+        controls["peel_skipped"] = softmax_peel_skipped(inst, case, r0)
+    return controls
 
 
 def softmax_wrong_axis_by_blocks(inst, case: RowCase, step: int):

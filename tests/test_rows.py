@@ -1,0 +1,164 @@
+"""The row families' shared variants (codegen.families.rows, _rows.j2): peeled rows (peel: true) -- spec errors
+(expect-style), the generated index arithmetic covering every column exactly once, 16-byte loads in the lowered
+source of an odd row, and the checker on the CPU (the peel control, a kernel skipping its scalars fails)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from numcheck import check_output
+from spectext import FILE, edit, errors
+
+from codegen.families import derived_shapes
+from codegen.families.rows import peel_scalar_mask
+from codegen.instance import build_instances
+from codegen.load import parse_specs
+from codegen.lower import lower
+from codegen.pipeline import Project
+from codegen.render import render_all
+
+PEEL = """\
+- name: s
+  op: softmax
+  dtypes: {input: fp16, out: fp16}
+  variant: two_pass
+  shapes:
+    - {rows: 64, cols: 50257}
+  threads: 256
+  vector: 8
+  tail: specialized
+  peel: true
+  targets: [gfx942, sm_90]
+"""
+NORM_PEEL = edit(edit(PEEL, "op: softmax", "op: rmsnorm\n  eps: 1.0e-6"), "variant: two_pass", "variant: streamed")
+
+
+# ---- spec rules -----------------------------------------------------------------------------------
+
+def test_peel_is_valid_and_named():
+    insts = build_instances(parse_specs(PEEL, FILE))
+    assert [i.peel for i in insts] == [True, True]
+    uris = [f.uri for f in render_all(insts)]
+    assert all("_v8_peel_specialized_" in u for u in uris)
+    plain = [f.uri for f in render_all(build_instances(parse_specs(edit(PEEL, "  peel: true\n", ""), FILE)))]
+    assert not set(uris) & set(plain)
+
+
+def test_peel_rules():
+    lines = errors(edit(PEEL, "variant: two_pass", "variant: online"))
+    assert [ln for ln in lines if "[peel_variant]" in ln] == [
+        ("specs/x.yaml:10:9: peel=True: the online variant holds the row in registers by chunk; peeled rows are "
+        "streamed: variant: two_pass [peel_variant]")]
+    assert errors(edit(PEEL, "tail: specialized", "tail: none"))[1:] == [
+        ("specs/x.yaml:9:9: tail=none: peel moves each row's vector body by its head, so its last chunk is ragged "
+        "in some rows: set tail: specialized or predicated [peel_tail]")]
+    assert errors(edit(PEEL, "vector: 8", "vector: 1")) == [
+        "specs/x.yaml:8:11: vector=1: peel aligns vector loads; with vector 1 there is nothing to align [peel_vector]"]
+    assert errors(edit(PEEL, "rows: 64,", "rows: 50000,")) == [
+        ("specs/x.yaml:6:7: shapes[0]: peel indexes the rows as one flat int32 array: rows*cols=2512850000 is over "
+        "2147483647 [index_width]")]
+    assert errors(edit(NORM_PEEL, "variant: streamed", "variant: registers"))[1] == (
+        "specs/x.yaml:11:9: peel=True: the registers variant holds the row in registers by chunk; peeled rows are "
+        "streamed: variant: streamed [peel_variant]")
+
+
+# ---- the generated index arithmetic, evaluated in Python -------------------------------------------
+
+def _peel_model(text: str, cols: int):
+    """The chunk counts and per-row expressions as the generated module writes them (chunk_counts and
+    peel_setup of _rows.j2), evaluated with Python ints for one row length."""
+    consts = {k: int(re.search(rf"^{k} = (\d+)", text, re.MULTILINE).group(1)) for k in ("THREADS", "VEC")}
+    env = {**consts, "N": cols, "max": max, "int": int}
+    for name in ("FULL", "RAGGED"):
+        env[name] = eval(re.search(rf"^    {name} = (.+?)  #", text, re.MULTILINE).group(1), env)
+    exprs = {name: re.search(rf"^ +{name} = (.+?)  #", text, re.MULTILINE).group(1)
+             for name in ("base", "a0", "head", "nvec", "tail0", "scol")}
+    exprs["has_scalar"] = re.search(r"^ +has_scalar = (.+)$", text, re.MULTILINE).group(1)
+    return env, exprs
+
+
+def _covered(env, exprs, row: int, cols: int) -> list[int]:
+    """How many times each column of `row` is read by the generated chunks (whole and ragged) and scalars."""
+    class TNS:
+        @staticmethod
+        def min(a, b):
+            return min(a, b)
+
+        @staticmethod
+        def if_then_else(c, a, b):
+            return a if c else b
+
+    hits = [0] * cols
+    threads, vec, chunk = env["THREADS"], env["VEC"], env["THREADS"] * env["VEC"]
+    for tx in range(threads):
+        local = {**env, "T": TNS, "row": row, "tx": tx}
+        for name in ("base", "a0", "head", "nvec", "tail0", "scol", "has_scalar"):
+            local[name] = eval(exprs[name], local)
+        for c in range(env["FULL"] + env["RAGGED"]):
+            whole = c < env["FULL"]
+            if whole:
+                assert c * threads + tx < local["nvec"], (row, c, tx)  # an unchecked chunk is inside the row
+            if whole or c * threads + tx < local["nvec"]:
+                for v in range(vec):
+                    flat = local["a0"] + c * chunk + tx * vec + v
+                    assert flat % vec == v  # the vector starts on a VEC boundary of the flat buffer
+                    hits[flat - local["base"]] += 1
+        if local["has_scalar"]:
+            hits[local["scol"]] += 1
+    return hits
+
+
+@pytest.mark.parametrize("cols", [1, 7, 8, 9, 2047, 2048 + 7, 4096 + 1, 50257, 3 * 2048 + 15])
+def test_every_column_is_read_once(cols):
+    f = next(f for f in render_all(build_instances(parse_specs(PEEL, FILE))) if f.instance.target.value == "sm_90")
+    env, exprs = _peel_model(f.text, cols)
+    for row in range(9):  # every head 0..7 for an odd length
+        hits = _covered(env, exprs, row, cols)
+        assert hits == [1] * cols, (row, [i for i, h in enumerate(hits) if h != 1][:10])
+        # the scalars the kernel reads are the ones the negative control leaves out
+        mask = peel_scalar_mask(f.instance, 1, cols, r0=row)[0]
+        base = row * cols
+        head = min((-base) % 8, cols)
+        assert int(mask.sum()) == head + (cols - head) % 8
+
+
+# ---- lowering: 16-byte loads of an odd row ---------------------------------------------------------
+
+FILES = {(f.instance.name, f.instance.target.value): f for f in Project().rendered()
+         if f.instance.op in ("softmax", "rmsnorm", "layernorm")}
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_an_odd_row_streams_in_16_byte_vectors(target):
+    f = FILES[("softmax_fp16_vocab", target)]
+    src = lower(f, (4, 50257), f.instance.target).source
+    vec_loads = re.findall(r"\*\(uint4\*\)\(Xf \+", src)
+    vec_stores = re.findall(r"\*\(uint4\*\)\(Yf \+", src)
+    # three passes, each its whole chunks and its ragged chunk; one store pass
+    assert len(vec_loads) == 3 * 2 and len(vec_stores) == 2
+    assert "warp_reduce_max" in src
+
+
+# ---- the checker, on the CPU ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["softmax_fp16_vocab", "rmsnorm_bf16_vocab", "layernorm_fp16_vocab"])
+def test_peeled_output_verifies_and_every_control_is_rejected(name):
+    inst = FILES[(name, "sm_90")].instance
+    for shape in [(16, inst.shapes[0][1]), *derived_shapes(inst)[1:]]:
+        status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind="wide")
+        assert status == "verified", (shape, cmp, controls)
+        assert controls["peel_skipped"] == "rejected", (shape, controls)
+        assert set(controls.values()) == {"rejected"}, (shape, controls)
+
+
+@pytest.mark.parametrize("name", ["softmax_fp16_vocab", "rmsnorm_bf16_vocab"])
+def test_a_kernel_that_skips_its_scalars_fails(name):
+    inst = FILES[(name, "sm_90")].instance
+    shape = (8, 50257)
+
+    def skipped(case, ref):  # the scalar head and tail never written: the NaN the output starts as
+        return ref.masked_fill(peel_scalar_mask(inst, *shape), float("nan"))
+
+    status, cmp, _ = check_output(inst, shape, skipped)
+    assert status == "failed" and cmp.mismatch_ratio > 0
