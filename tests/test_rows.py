@@ -162,3 +162,81 @@ def test_a_kernel_that_skips_its_scalars_fails(name):
 
     status, cmp, _ = check_output(inst, shape, skipped)
     assert status == "failed" and cmp.mismatch_ratio > 0
+
+
+# ---- split rows -----------------------------------------------------------------------------------
+
+SPLIT = """\
+- name: s
+  op: softmax
+  dtypes: {input: fp16, out: fp16}
+  variant: two_pass
+  shapes:
+    - {rows: 4, cols: 1048576}
+  threads: 256
+  vector: 8
+  tail: none
+  split: auto
+  targets: [gfx942, sm_90]
+"""
+NORM_SPLIT = edit(edit(SPLIT, "op: softmax", "op: layernorm\n  eps: 1.0e-5"), "variant: two_pass", "variant: streamed")
+
+
+def test_split_auto_resolves_per_target_and_shape():
+    gfx, sm = build_instances(parse_specs(SPLIT, FILE))
+    # 2 workgroups per CU/SM over all rows: 608 / 4 rows on gfx942's 304 CUs, 264 / 4 on sm_90's 132 SMs
+    assert gfx.split_layout(4, 1 << 20) == (152, 4 * 2048) and sm.split_layout(4, 1 << 20) == (66, 8 * 2048)
+    assert sm.launch_grids((4, 1 << 20)) == ((66, 4, 1), (66, 4, 1))
+    assert sm.split_layout(1, 1 << 22) == (264, 8 * 2048)
+    assert sm.split_layout(10000, 4096) == (1, 4096)  # many rows: one workgroup each, still two kernels
+    assert sm.split_layout(1, 3000) == (2, 2048)  # never more workgroups than chunks
+    assert sm.workspace_shape((4, 1 << 20)) == (4, 66, 2)
+    fixed = build_instances(parse_specs(edit(SPLIT, "split: auto", "split: 16"), FILE))[1]
+    assert fixed.split_layout(4, 1 << 20) == (16, 32 * 2048) and "_s16_" in render_all([fixed])[0].uri
+    assert "_sauto_" in render_all([sm])[0].uri
+
+
+def test_split_rules():
+    assert errors(edit(SPLIT, "variant: two_pass", "variant: online"))[1] == (
+        "specs/x.yaml:10:10: split=auto: the online variant keeps one row in one workgroup's registers; split "
+        "rows are streamed: variant: two_pass [split_variant]")
+    assert errors(edit(edit(SPLIT, "tail: none", "tail: specialized\n  peel: true"), "cols: 1048576", "cols: 1048577")) == [
+        ("specs/x.yaml:11:10: split=auto: split segments start at chunk boundaries of the row, which peel moves by "
+         "each row's head: use one of split or peel [split_peel]")]
+    assert errors(edit(SPLIT, "vector: 8", "vector: 8\n  unroll: 2")) == [
+        ("specs/x.yaml:9:11: unroll=2: a split row's segment loop is not unrolled (its trip count differs per "
+         "workgroup): unroll 1 [split_unroll]")]
+    assert errors(edit(SPLIT, "split: auto", "split: 600")) == [
+        ("specs/x.yaml:6:23: shapes[0].cols=1048576: split=600 workgroups for 512 chunk(s) of 2048 columns: some "
+         "workgroups would get no columns (split at most 512, or auto) [split_segments]")]
+    assert errors(edit(SPLIT, "split: auto", "split: 0"))[0].endswith("[greater_than_equal]")
+    assert errors(edit(NORM_SPLIT, "variant: streamed", "variant: registers"))[1].endswith(
+        "variant: streamed [split_variant]")
+    # rows are grid y of both kernels: CUDA's 65535 on sm_90
+    assert errors(edit(SPLIT, "rows: 4,", "rows: 65536,")) == [
+        "specs/x.yaml:6:7: shapes[0]: grid y = 65536 exceeds sm_90's limit 65535 [grid_limit]"]
+
+
+PROBES = [f for text in (SPLIT, NORM_SPLIT, edit(NORM_SPLIT, "op: layernorm", "op: rmsnorm"))
+          for f in render_all(build_instances(parse_specs(
+              edit(edit(text, "rows: 4, cols: 1048576", "rows: 3, cols: 20000"), "tail: none", "tail: specialized"),
+              FILE)))]
+
+
+@pytest.mark.parametrize("f", PROBES, ids=lambda f: f"{f.instance.op}-{f.instance.target.value}")
+def test_split_launches_two_kernels_of_the_grid_it_says(f):
+    from codegen.build import _lower_recording_launches
+
+    shape = f.instance.shapes[0]
+    _, launches = _lower_recording_launches(f, shape)
+    assert sorted(tuple(k["grid"]) for k in launches) == sorted(f.instance.launch_grids(shape))
+    assert len(launches) == 2
+
+
+@pytest.mark.parametrize("name", ["softmax_fp16_long", "rmsnorm_fp16_long", "layernorm_bf16_long"])
+def test_split_output_verifies_and_every_control_is_rejected(name):
+    inst = FILES[(name, "sm_90")].instance
+    for shape in [inst.shapes[0], *derived_shapes(inst)]:
+        status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind="wide")
+        assert status == "verified", (shape, cmp, controls)
+        assert set(controls.values()) == {"rejected"}, (shape, controls)

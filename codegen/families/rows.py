@@ -31,7 +31,9 @@ class RowShape(Model):
 
 
 Vector = Literal[1, 2, 4, 8]
-ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail", "peel")  # what a row family's `search:` may list
+MAX_SPLIT = 65535  # workgroups per row: grid x of both split kernels
+SPLIT_AUTO_WAVES = 2  # split: auto aims at this many workgroups per CU/SM over all rows
+ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail", "peel", "split")  # what a row family's `search:` may list
 
 
 class RowSpecBase(Model):
@@ -44,6 +46,9 @@ class RowSpecBase(Model):
     tail: TailPolicy = TailPolicy.NONE
     # a scalar head up to the row's first vector*bytes boundary, aligned vector loads, a scalar tail (odd rows)
     peel: StrictBool = False
+    # workgroups per row: 1 (one per row), N, or auto (resolved per shape from the target's CU/SM count); over 1,
+    # a first kernel reduces each workgroup's segment into an fp32 workspace, a second combines and writes
+    split: Annotated[StrictInt, Field(ge=1, le=MAX_SPLIT)] | Literal["auto"] = 1
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False
     verify_tolerance_scale: ToleranceScale = 1.0
@@ -58,6 +63,11 @@ class RowSpecBase(Model):
     def streaming_variant(self) -> str:
         """The family's variant that streams the row from global memory (any length), for messages."""
         raise NotImplementedError
+
+    @property
+    def splits(self) -> bool:
+        """Whether several workgroups share a row (split over 1, or auto)."""
+        return self.split != 1
 
 
 # ---- rules ------------------------------------------------------------------------------------------
@@ -185,8 +195,38 @@ def row_peel(c: RowContext) -> Iterator[Violation]:
                                     f"is over {MAX_INT32}")
 
 
+def row_split(c: RowContext) -> Iterator[Violation]:
+    """split: several workgroups per row, each streaming one segment of whole chunks (a second kernel
+    re-reads its segment to write it), so only the streamed variant splits; a peeled row's segments would
+    start off its vector boundary."""
+    spec = c.spec
+    if not spec.splits:
+        return
+    if spec.row_in_registers:
+        yield Violation(rule="split_variant", path=("split",), value=spec.split,
+                        message=f"the {spec.variant.value} variant keeps one row in one workgroup's registers; "
+                                f"split rows are streamed: variant: {spec.streaming_variant}")
+    if spec.peel:
+        yield Violation(rule="split_peel", path=("split",), value=spec.split,
+                        message="split segments start at chunk boundaries of the row, which peel moves by each "
+                                "row's head: use one of split or peel")
+    if spec.unroll != 1:
+        yield Violation(rule="split_unroll", path=("unroll",), value=spec.unroll,
+                        message="a split row's segment loop is not unrolled (its trip count differs per "
+                                "workgroup): unroll 1")
+    if isinstance(spec.split, int):
+        chunk = row_chunk(spec)
+        for i, s in enumerate(spec.shapes):
+            chunks = -(-s.cols // chunk)
+            if spec.split > chunks:
+                yield Violation(rule="split_segments", path=("shapes", i, "cols"), value=s.cols,
+                                message=f"split={spec.split} workgroups for {chunks} chunk(s) of {chunk} columns: "
+                                        f"some workgroups would get no columns (split at most {chunks}, or auto)")
+
+
 ROW_RULES: tuple[RowRule, ...] = (
     row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll, row_peel,
+    row_split,
 )
 
 
@@ -220,6 +260,8 @@ class RowInstance(InstanceBase):
     unroll: int
     tail: TailPolicy
     peel: bool  # scalar head and tail around aligned vectors, each row (rule row_peel)
+    split: int  # workgroups per row when fixed (1: one per row); see split_workgroups
+    split_workgroups: int | None  # split: auto -- the grid to reach over all rows (CUs/SMs x SPLIT_AUTO_WAVES)
     allow_spills: bool
     min_waves_per_simd: int | None
     verify_tolerance_scale: float = field(compare=False)
@@ -234,6 +276,8 @@ class RowInstance(InstanceBase):
         parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", self._variant_tag(), f"t{self.threads}",
                  f"v{self.vector}"]
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + ["peel"] * self.peel
+        if self.splits:
+            parts.append("sauto" if self.split_workgroups else f"s{self.split}")
         return "_".join(parts) + tail_tag(self.tail)
 
     def _variant_tag(self) -> str:
@@ -250,11 +294,44 @@ class RowInstance(InstanceBase):
         else:
             row = {"row_args": "X, N, row", "store_args": "X, Y, N, row", "y_at": "Y[row, c * CHUNK + tx * VEC + v]",
                    "in_row": "c * CHUNK + tx * VEC + v < n", "param_origin": "0"}
-        return {"target_literal": repr(dict(self.tilelang_target)), **row}
+        if self.split_workgroups is not None:
+            split = {"split_expr": "max(1, min(-(-SPLIT_WORKGROUPS // M), CHUNKS))",
+                     "split_doc": f"split: auto -- {SPLIT_AUTO_WAVES} workgroups per CU/SM over all rows"}
+        else:
+            split = {"split_expr": str(self.split), "split_doc": "split"}
+        return {"target_literal": repr(dict(self.tilelang_target)), **row, **split}
+
+    @property
+    def splits(self) -> bool:
+        return self.split != 1 or self.split_workgroups is not None
+
+    def split_layout(self, rows: int, cols: int) -> tuple[int, int]:
+        """(workgroups per row, columns of each workgroup's segment) at one shape, as the template's make_kernel
+        computes SPLIT and SEGCH * CHUNK: segment i is columns [i * seg, min((i + 1) * seg, cols))."""
+        chunks = -(-cols // self.chunk)
+        if self.split_workgroups is None:
+            split = self.split
+        else:
+            split = max(1, min(-(-self.split_workgroups // rows), chunks))
+        return split, -(-chunks // split) * self.chunk
+
+    def split_slots(self) -> int:
+        """fp32 partials per (row, workgroup) in the split workspace."""
+        raise NotImplementedError
+
+    def workspace_shape(self, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+        """The fp32 workspace [rows, SPLIT, slots] a split kernel takes (None: no split)."""
+        if not self.splits:
+            return None
+        rows, cols = shape
+        return (rows, self.split_layout(rows, cols)[0], self.split_slots())
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
-        """`T.Kernel(M, ...)`: one workgroup per row, along x."""
-        rows, _ = shape
+        """`T.Kernel(M, ...)`: one workgroup per row, along x; split: two kernels of `T.Kernel(SPLIT, M, ...)`."""
+        rows, cols = shape
+        if self.splits:
+            split = self.split_layout(rows, cols)[0]
+            return ((split, rows, 1), (split, rows, 1))
         return ((rows, 1, 1),)
 
     def metadata(self, uri: str) -> dict[str, object]:
@@ -263,7 +340,7 @@ class RowInstance(InstanceBase):
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"input": i, "out": o, "accumulate": acc}, "shapes": [list(s) for s in self.shapes],
             "threads": self.threads, "vector": self.vector, "unroll": self.unroll, "tail": self.tail.value,
-            "peel": self.peel, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
+            "peel": self.peel, "split": "auto" if self.split_workgroups else self.split, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
             "lds_bytes": self.lds_bytes, **self._family_metadata(),
         }
 
@@ -293,6 +370,8 @@ def row_fields(spec: RowSpecBase, target: TargetSpec, spec_file: str) -> dict[st
         "threads": spec.threads, "vector": spec.vector, "chunk": row_chunk(spec),
         "reduce_groups": max(1, spec.threads // REDUCE_GROUP_LANES), "unroll": spec.unroll, "tail": spec.tail,
         "peel": spec.peel,
+        "split": spec.split if isinstance(spec.split, int) else 1,
+        "split_workgroups": None if isinstance(spec.split, int) else SPLIT_AUTO_WAVES * hw.compute_units,
         "allow_spills": spec.allow_spills, "min_waves_per_simd": spec.min_waves_per_simd,
         "verify_tolerance_scale": spec.verify_tolerance_scale, "lds_bytes": row_lds_bytes(spec),
         "tilelang_target": tilelang_target(target),
@@ -332,9 +411,47 @@ def peel_scalar_mask(inst, rows: int, cols: int, r0: int = 0):
     return (col < head) | (col >= tail0)
 
 
+def split_kept_columns(inst, rows: int, cols: int):
+    """[cols] bool for the split control: False on the columns of the last non-empty segment (`split_layout`
+    at the whole tensor's `rows`), the one partial a combine that drops one leaves out; all True without a split."""
+    import torch
+
+    kept = torch.ones(cols, dtype=torch.bool)
+    if inst.splits:
+        _, seg = inst.split_layout(rows, cols)
+        kept[(cols - 1) // seg * seg:] = False
+    return kept
+
+
+def dropped_chunk_columns(inst, rows: int, cols: int):
+    """[cols] bool for the dropped_chunk control: the columns a wrong column trip count leaves out of the
+    statistics -- the row's last chunk (all of a shorter row); with a split, the last chunk of every
+    workgroup's segment (each runs that loop; `rows`: the whole tensor's, which split: auto depends on)."""
+    import torch
+
+    dropped = torch.zeros(cols, dtype=torch.bool)
+    if inst.splits:
+        _, seg = inst.split_layout(rows, cols)
+        for start in range(0, cols, seg):
+            end = min(start + seg, cols)
+            dropped[max(start, end - inst.chunk):end] = True
+    else:
+        dropped[max(0, cols - inst.chunk):] = True
+    return dropped
+
+
+def row_workspace(inst, shape, device):
+    """The fp32 workspace of a split kernel (None without a split); every slot is written by kernel 1."""
+    import torch
+
+    ws = inst.workspace_shape(tuple(shape))
+    return None if ws is None else torch.empty(ws, dtype=torch.float32, device=device)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RowCase:
     X: object  # stored input (device, input dtype)
+    WS: object = None  # split: the fp32 partials workspace [rows, SPLIT, slots] (device)
 
     @property
     def X32(self):
@@ -354,15 +471,16 @@ def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target)
         x = x * torch.exp(torch.empty(rows, 1).uniform_(-2, 2, generator=g)) + 2 * torch.randn(rows, 1, generator=g)
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     xq = x.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
-    return RowCase(X=xq.to(device))
+    return RowCase(X=xq.to(device), WS=row_workspace(inst, shape, device))
 
 
 def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_controls: tuple[str, ...] = (),
                whole_controls=None):
     """The chunked check of a row family: blocks of whole rows, about max_elements elements each (one row
     at least), the case's X sliced (weights and bias whole). `reference(inst, sub)` and
-    `controls(inst, sub, ref, r0=r0)` are the family's own, row by row alike (r0: the block's first row, for
-    controls that depend on where a row lies in memory); a control in `first_row_controls`
+    `controls(inst, sub, ref, r0=r0, rows=rows)` are the family's own, row by row alike (r0: the block's first
+    row, for controls that depend on where a row lies in memory; rows: the whole tensor's, which split: auto
+    depends on); a control in `first_row_controls`
     wrongs the first row only, so in later blocks it is the reference itself; `whole_controls(inst, case,
     step)`, if given, returns {name: fn(sub, r0) -> wrong} for controls that mix rows (a pre-pass over the
     blocks gathers what they need)."""
@@ -376,7 +494,7 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
     for r0 in range(0, rows, step):
         sub = replace(case, X=case.X[r0:r0 + step])
         ref, mag = reference(inst, sub)
-        wrong = controls(inst, sub, ref, r0=r0)
+        wrong = controls(inst, sub, ref, r0=r0, rows=rows)
         for name in first_row_controls:
             if r0 > 0:
                 wrong[name] = ref

@@ -39,6 +39,8 @@ class NormInstance(RowInstance):
         params = ["X: T.Tensor((M, N), IN_DTYPE)", "W: T.Tensor((N,), IN_DTYPE)"]
         if self.has_bias:
             params.append("B: T.Tensor((N,), IN_DTYPE)")
+        if self.splits:
+            params.append(f"P: T.Tensor((M, SPLIT, {self.split_slots()}), ACCUM_DTYPE)")
         params.append("Y: T.Tensor((M, N), OUT_DTYPE)")
         # element v of the chunk being processed: at offset o (= chunk * VEC) of the row held in registers,
         # or of the VEC-element buffer a streamed pass loads each chunk into
@@ -64,8 +66,15 @@ class NormInstance(RowInstance):
             "square_term": square,
             "out_term": out,
             "scalar_square": scalar_square,
+            "square_slot": str(self.split_slots() - 1),
+            "split_partials_doc": "its sum, then its sum of squares about its own mean" if self.centered
+                                  else "its sum of squares",  # split: the workspace slot of the sum of squares
             "scalar_out": scalar_out,
         }
+
+    def split_slots(self) -> int:
+        """rmsnorm: the segment's sum of squares; layernorm: its sum and its sum of squares about its own mean."""
+        return 2 if self.centered else 1
 
     def _terms(self, x: str, w: str, b: str) -> tuple[str, str]:
         """The squared term of the variance sum and the output of element x with weight w (and bias b)."""
