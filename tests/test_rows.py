@@ -12,6 +12,7 @@ from spectext import FILE, edit, errors
 
 from codegen.families import derived_shapes
 from codegen.families.rows import peel_scalar_mask
+from codegen.hardware import Target
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.lower import lower
@@ -240,3 +241,22 @@ def test_split_output_verifies_and_every_control_is_rejected(name):
         status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind="wide")
         assert status == "verified", (shape, cmp, controls)
         assert set(controls.values()) == {"rejected"}, (shape, controls)
+
+
+# ---- the tuning space ---------------------------------------------------------------------------------
+
+def test_peel_and_split_are_row_search_fields():
+    from codegen.tune import constrain, expand
+
+    text = SPLIT + "  search:\n    sm_90:\n      split: [1, auto, 64]\n      variant: [two_pass, online]\n"
+    (ls,) = parse_specs(text, FILE)
+    part = constrain(ls, Target.SM_90, expand(ls.spec, Target.SM_90))
+    assert [p.values for p in part.points] == [
+        (("variant", v), ("split", s)) for v in ("two_pass", "online") for s in (1, "auto", 64)]
+    # online holds the row in registers: over the budget at 2^20 columns, and it never splits
+    assert part.rejected_by_rule == {"row_registers": 3, "split_variant": 2}
+    assert [("_sauto_" in p.uri, "_s64_" in p.uri) for p in part.points if p.uri] == [
+        (False, False), (True, False), (False, True)]
+    peel = PEEL + "  search:\n    gfx942:\n      peel: [false, true]\n"
+    (ls,) = parse_specs(peel, FILE)
+    assert len(constrain(ls, Target.GFX942, expand(ls.spec, Target.GFX942)).files) == 2
