@@ -260,3 +260,75 @@ def test_peel_and_split_are_row_search_fields():
     peel = PEEL + "  search:\n    gfx942:\n      peel: [false, true]\n"
     (ls,) = parse_specs(peel, FILE)
     assert len(constrain(ls, Target.GFX942, expand(ls.spec, Target.GFX942)).files) == 2
+
+
+# ---- packed rows ----------------------------------------------------------------------------------
+
+PACK = """\
+- name: s
+  op: softmax
+  dtypes: {input: fp16, out: fp16}
+  variant: online
+  shapes:
+    - {rows: 4096, cols: 1024}
+  threads: 256
+  vector: 8
+  tail: none
+  pack: 4
+  targets: [gfx942, sm_90]
+"""
+
+
+def test_pack_shares_the_workgroup_between_rows():
+    _gfx, sm = build_instances(parse_specs(PACK, FILE))
+    assert (sm.pack, sm.row_threads, sm.chunk, sm.reduce_groups, sm.row_groups) == (4, 64, 512, 8, 2)
+    assert sm.launch_grids((4096, 1024)) == ((1024, 1, 1),)
+    assert derived_shapes(sm) == [(4, 512), (12, 1024)]  # whole blocks of 4 rows
+    assert "_p4_" in render_all([sm])[0].uri
+
+
+def test_pack_rules():
+    assert errors(edit(PACK, "pack: 4", "pack: 16")) == [
+        ("specs/x.yaml:10:9: pack=16: 256 threads for 16 rows is 16 per row: each row needs a multiple of 32 "
+         "threads (its own warp reductions) [pack_threads]")]
+    assert errors(edit(PACK, "pack: 4", "pack: 3"))[0].endswith("[pack_threads]")
+    assert errors(edit(PACK, "rows: 4096,", "rows: 4098,")) == [
+        "specs/x.yaml:6:14: shapes[0].rows=4098: not a multiple of pack=4 (each workgroup takes 4 whole rows) [pack_rows]"]
+    split = edit(edit(PACK, "variant: online", "variant: two_pass"), "pack: 4", "pack: 4\n  split: 2")
+    assert errors(split) == [
+        ("specs/x.yaml:10:9: pack=4: pack puts several rows in one workgroup, split one row in several: use one "
+         "[pack_split]")]
+    # the row, not the workgroup, is what one chunk covers: cols must be whole chunks of 64 threads x 8
+    assert errors(edit(PACK, "cols: 1024", "cols: 1000"))[0].endswith(
+        "cols=1000 is not a multiple of threads/pack*vector=512: set tail: predicated or specialized [tail_policy]")
+
+
+PACK_PROBES = [f for text in (PACK, edit(edit(PACK, "op: softmax", "op: layernorm\n  eps: 1.0e-5"),
+                                          "variant: online", "variant: streamed"))
+               for f in render_all(build_instances(parse_specs(
+                   edit(edit(text, "rows: 4096, cols: 1024", "rows: 8, cols: 1000"), "tail: none", "tail: specialized"),
+                   FILE)))]
+
+
+@pytest.mark.parametrize("f", PACK_PROBES, ids=lambda f: f"{f.instance.op}-{f.instance.target.value}")
+def test_pack_launches_rows_over_pack_workgroups_each_row_its_lanes(f):
+    from codegen.build import _lower_recording_launches
+
+    shape = f.instance.shapes[0]
+    src, launches = _lower_recording_launches(f, shape)
+    assert [tuple(k["grid"]) for k in launches] == list(f.instance.launch_grids(shape)) == [(2, 1, 1)]
+    assert ">> 6" in src and "& 63" in src  # the row is threadIdx / 64, the lane threadIdx % 64
+
+
+@pytest.mark.parametrize("name", ["softmax_fp16_short", "rmsnorm_fp16_packed", "layernorm_bf16_short"])
+def test_packed_output_verifies_and_every_control_is_rejected(name):
+    inst = FILES[(name, "sm_90")].instance
+    for shape in [(64, inst.shapes[0][1]), *derived_shapes(inst)]:
+        for kind in ("normal", "wide"):
+            status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind=kind)
+            assert status == "verified", (shape, cmp, controls)
+            assert controls["pack_mixed"] == "rejected" and set(controls.values()) == {"rejected"}, (shape, controls)
+    # the chunked check keeps a workgroup's rows together (the control mixes them)
+    status, _, controls = check_output(inst, (64, inst.shapes[0][1]), lambda case, ref: ref, kind="wide",
+                                       max_elements=3 * inst.shapes[0][1])
+    assert status == "verified" and controls["pack_mixed"] == "rejected"

@@ -32,8 +32,9 @@ class RowShape(Model):
 
 Vector = Literal[1, 2, 4, 8]
 MAX_SPLIT = 65535  # workgroups per row: grid x of both split kernels
+MAX_PACK = 32  # rows per workgroup: 1024 threads / one 32-lane group per row
 SPLIT_AUTO_WAVES = 2  # split: auto aims at this many workgroups per CU/SM over all rows
-ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail", "peel", "split")  # what a row family's `search:` may list
+ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail", "peel", "split", "pack")  # what a row family's `search:` may list
 
 
 class RowSpecBase(Model):
@@ -49,6 +50,8 @@ class RowSpecBase(Model):
     # workgroups per row: 1 (one per row), N, or auto (resolved per shape from the target's CU/SM count); over 1,
     # a first kernel reduces each workgroup's segment into an fp32 workspace, a second combines and writes
     split: Annotated[StrictInt, Field(ge=1, le=MAX_SPLIT)] | Literal["auto"] = 1
+    # rows per workgroup (many short rows): threads // pack threads per row, each its own reductions
+    pack: Annotated[StrictInt, Field(ge=1, le=MAX_PACK)] = 1
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False
     verify_tolerance_scale: ToleranceScale = 1.0
@@ -93,13 +96,38 @@ class RowContext:
 RowRule = Callable[[RowContext], Iterator[Violation]]
 
 
+def row_threads(spec: RowSpecBase) -> int:
+    """Threads per row: the workgroup's, shared by its `pack` rows."""
+    return spec.threads // spec.pack
+
+
 def row_chunk(spec: RowSpecBase) -> int:
-    return spec.threads * spec.vector
+    return row_threads(spec) * spec.vector
 
 
 def row_lds_bytes(spec: RowSpecBase) -> int:
     """LDS/shared memory of a row kernel: one fp32 partial per 32-lane reduction group."""
     return 4 * max(1, spec.threads // REDUCE_GROUP_LANES)
+
+
+def row_pack(c: RowContext) -> Iterator[Violation]:
+    """pack: several rows per workgroup, each row its own threads // pack threads and its own reductions, which
+    meet in LDS per 32-lane group: so a whole number of 32-lane groups per row; the grid is rows // pack."""
+    spec = c.spec
+    if spec.pack == 1:
+        return
+    per_row = spec.threads / spec.pack
+    if spec.threads % spec.pack or int(per_row) % REDUCE_GROUP_LANES:
+        yield Violation(rule="pack_threads", path=("pack",), value=spec.pack,
+                        message=f"{spec.threads} threads for {spec.pack} rows is {per_row:g} per row: each row needs "
+                                f"a multiple of {REDUCE_GROUP_LANES} threads (its own warp reductions)")
+    if spec.splits:
+        yield Violation(rule="pack_split", path=("pack",), value=spec.pack,
+                        message="pack puts several rows in one workgroup, split one row in several: use one")
+    for i, s in enumerate(spec.shapes):
+        if s.rows % spec.pack:
+            yield Violation(rule="pack_rows", path=("shapes", i, "rows"), value=s.rows,
+                            message=f"not a multiple of pack={spec.pack} (each workgroup takes {spec.pack} whole rows)")
 
 
 def row_register_budget(hw: Hardware, threads: int) -> int:
@@ -136,13 +164,14 @@ def row_vector_width(c: RowContext) -> Iterator[Violation]:
 
 
 def row_tail_policy(c: RowContext) -> Iterator[Violation]:
-    if c.spec.tail != TailPolicy.NONE:
+    if c.spec.tail != TailPolicy.NONE or c.spec.threads % c.spec.pack:
         return
     chunk = row_chunk(c.spec)
+    per = "threads/pack*vector" if c.spec.pack > 1 else "threads*vector"
     for i, s in enumerate(c.spec.shapes):
         if s.cols % chunk:
             yield Violation(rule="tail_policy", path=("shapes", i), value=None,
-                            message=f"cols={s.cols} is not a multiple of threads*vector={chunk}: "
+                            message=f"cols={s.cols} is not a multiple of {per}={chunk}: "
                                     "set tail: predicated or specialized")
 
 
@@ -226,7 +255,7 @@ def row_split(c: RowContext) -> Iterator[Violation]:
 
 ROW_RULES: tuple[RowRule, ...] = (
     row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll, row_peel,
-    row_split,
+    row_split, row_pack,
 )
 
 
@@ -255,8 +284,9 @@ class RowInstance(InstanceBase):
     spec_dtypes: tuple[str, str, str]  # input, out, accumulate as written in the spec
     threads: int
     vector: int
-    chunk: int  # threads * vector columns per chunk
+    chunk: int  # threads per row * vector columns per chunk
     reduce_groups: int  # 32-lane groups whose partials meet in LDS
+    pack: int  # rows per workgroup (threads // pack threads per row)
     unroll: int
     tail: TailPolicy
     peel: bool  # scalar head and tail around aligned vectors, each row (rule row_peel)
@@ -278,6 +308,8 @@ class RowInstance(InstanceBase):
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + ["peel"] * self.peel
         if self.splits:
             parts.append("sauto" if self.split_workgroups else f"s{self.split}")
+        if self.pack > 1:
+            parts.append(f"p{self.pack}")
         return "_".join(parts) + tail_tag(self.tail)
 
     def _variant_tag(self) -> str:
@@ -304,6 +336,33 @@ class RowInstance(InstanceBase):
     @property
     def splits(self) -> bool:
         return self.split != 1 or self.split_workgroups is not None
+
+    # how a packed kernel (pack > 1) addresses its rows, as finished expressions for the templates
+    @property
+    def row_threads(self) -> int:
+        return self.threads // self.pack
+
+    @property
+    def row_groups(self) -> int:
+        return self.row_threads // REDUCE_GROUP_LANES
+
+    @property
+    def lane_expr(self) -> str:
+        """A thread's index within its row."""
+        return "T.get_thread_binding() % ROW_THREADS" if self.pack > 1 else "T.get_thread_binding()"
+
+    @property
+    def grid_rows_expr(self) -> str:
+        return "M // PACK" if self.pack > 1 else "M"
+
+    @property
+    def block_var(self) -> str:
+        """The workgroup index T.Kernel binds: the row itself, or the block of PACK rows."""
+        return "bx" if self.pack > 1 else "row"
+
+    @property
+    def reduce_scope(self) -> str:
+        return "row's threads" if self.pack > 1 else "workgroup"
 
     def split_layout(self, rows: int, cols: int) -> tuple[int, int]:
         """(workgroups per row, columns of each workgroup's segment) at one shape, as the template's make_kernel
@@ -332,7 +391,7 @@ class RowInstance(InstanceBase):
         if self.splits:
             split = self.split_layout(rows, cols)[0]
             return ((split, rows, 1), (split, rows, 1))
-        return ((rows, 1, 1),)
+        return ((rows // self.pack, 1, 1),)
 
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
@@ -340,7 +399,8 @@ class RowInstance(InstanceBase):
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"input": i, "out": o, "accumulate": acc}, "shapes": [list(s) for s in self.shapes],
             "threads": self.threads, "vector": self.vector, "unroll": self.unroll, "tail": self.tail.value,
-            "peel": self.peel, "split": "auto" if self.split_workgroups else self.split, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
+            "peel": self.peel, "split": "auto" if self.split_workgroups else self.split, "pack": self.pack,
+            "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
             "lds_bytes": self.lds_bytes, **self._family_metadata(),
         }
 
@@ -369,7 +429,7 @@ def row_fields(spec: RowSpecBase, target: TargetSpec, spec_file: str) -> dict[st
         "accum_dtype": hw.tilelang_dtypes[d.accumulate], "spec_dtypes": (d.input.value, d.out.value, d.accumulate.value),
         "threads": spec.threads, "vector": spec.vector, "chunk": row_chunk(spec),
         "reduce_groups": max(1, spec.threads // REDUCE_GROUP_LANES), "unroll": spec.unroll, "tail": spec.tail,
-        "peel": spec.peel,
+        "peel": spec.peel, "pack": spec.pack,
         "split": spec.split if isinstance(spec.split, int) else 1,
         "split_workgroups": None if isinstance(spec.split, int) else SPLIT_AUTO_WAVES * hw.compute_units,
         "allow_spills": spec.allow_spills, "min_waves_per_simd": spec.min_waves_per_simd,
@@ -390,10 +450,10 @@ def row_derived_shapes(inst) -> list[tuple[int, int]]:
     """Edge shapes on top of the spec's: with no tail policy, one and two whole chunks
     (threads*vector columns); with one, a single column and one column either side of a chunk
     multiple. Never longer than the spec's longest row (the online variant's register budget)."""
-    c = inst.chunk
+    c, p = inst.chunk, inst.pack  # a packed kernel takes whole blocks of `pack` rows
     longest = max(cols for _, cols in inst.shapes)
     cand = [(1, c), (3, 2 * c)] if inst.tail == TailPolicy.NONE else [(1, 1), (2, c + 1), (3, 2 * c - 1)]
-    return [s for s in cand if s[1] <= max(longest, c)]
+    return [(r * p, n) for r, n in cand if n <= max(longest, c)]
 
 
 def peel_scalar_mask(inst, rows: int, cols: int, r0: int = 0):
@@ -489,7 +549,7 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
     from codegen.verify import CheckChunk
 
     rows, cols = case.X.shape
-    step = max(1, max_elements // max(cols, 1))
+    step = max(inst.pack, max_elements // max(cols, 1) // inst.pack * inst.pack)  # whole blocks of packed rows
     mixed = whole_controls(inst, case, step) if whole_controls else {}
     for r0 in range(0, rows, step):
         sub = replace(case, X=case.X[r0:r0 + step])

@@ -171,6 +171,22 @@ def norm_split_dropped(inst, case: NormCase, rows: int):
     return x * torch.rsqrt(kept.square().sum(-1, keepdim=True) / n + eps) * case.W32
 
 
+def norm_pack_mixed(inst, case: NormCase):
+    """Negative control of pack: each workgroup's `pack` rows share one set of statistics (their sums added
+    together, still divided by cols: reducing over the workgroup instead of each row's threads)."""
+    import torch
+
+    x, n, eps, p = case.X32, case.X32.shape[-1], inst.eps, inst.pack
+    blocks = x.reshape(x.shape[0] // p, p * n)
+    if inst.centered:
+        mean = blocks.sum(-1, keepdim=True) / n
+        var = (blocks - mean).square().sum(-1, keepdim=True) / n
+        out = (blocks - mean) * torch.rsqrt(var + eps)
+        return out.reshape(x.shape) * case.W32 + case.B32
+    out = blocks * torch.rsqrt(blocks.square().sum(-1, keepdim=True) / n + eps)
+    return out.reshape(x.shape) * case.W32
+
+
 def norm_controls(inst, case: NormCase, ref, r0: int = 0, rows: int | None = None) -> dict[str, object]:
     import torch
     import torch.nn.functional as F
@@ -188,6 +204,8 @@ def norm_controls(inst, case: NormCase, ref, r0: int = 0, rows: int | None = Non
         controls["peel_skipped"] = norm_peel_skipped(inst, case, r0)
     if inst.splits:
         controls["split_dropped"] = norm_split_dropped(inst, case, rows)
+    if inst.pack > 1:
+        controls["pack_mixed"] = norm_pack_mixed(inst, case)
     return controls
 
 

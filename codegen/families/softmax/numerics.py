@@ -86,6 +86,16 @@ def softmax_split_dropped(inst, case: RowCase, rows: int):
     return torch.exp(x - m) / torch.exp(kept - m).sum(-1, keepdim=True)
 
 
+def softmax_pack_mixed(inst, case: RowCase):
+    """Negative control of pack: each workgroup's `pack` rows reduced together (one max and one sum over all
+    of them, the bug of reducing over the workgroup instead of each row's threads)."""
+    import torch
+
+    x = case.X32
+    rows, cols = x.shape
+    return torch.softmax(x.reshape(rows // inst.pack, inst.pack * cols), dim=-1).reshape(rows, cols)
+
+
 def softmax_controls(inst, case: RowCase, ref, r0: int = 0, rows: int | None = None) -> dict[str, object]:
     import torch
 
@@ -100,6 +110,8 @@ def softmax_controls(inst, case: RowCase, ref, r0: int = 0, rows: int | None = N
         controls["peel_skipped"] = softmax_peel_skipped(inst, case, r0)
     if inst.splits:
         controls["split_dropped"] = softmax_split_dropped(inst, case, rows)
+    if inst.pack > 1:
+        controls["pack_mixed"] = softmax_pack_mixed(inst, case)
     return controls
 
 
