@@ -141,6 +141,17 @@ def test_an_odd_row_streams_in_16_byte_vectors(target):
     assert "warp_reduce_max" in src
 
 
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_a_peeled_norm_reads_its_weight_in_16_byte_vectors_too(target):
+    # the head misaligns the weight's columns: whole chunks read the two aligned vectors around them and shift
+    # by the head (one compile-time shift per head value), the ragged chunk element by element
+    f = FILES[("rmsnorm_bf16_vocab", target)]
+    src = lower(f, (4, 50257), f.instance.target).source
+    assert len(re.findall(r"\*\(uint4\*\)\((lo|hi) \+ 0\) = \*\(uint4\*\)\(W \+", src)) == 2
+    assert len(re.findall(r"\*\(uint4\*\)\(Xf \+", src)) == 2 * 2  # two passes, whole and ragged chunks
+    assert "wv[7] = ((float)hi[6]);" in src  # the last of the 8 shifts
+
+
 # ---- the checker, on the CPU ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["softmax_fp16_vocab", "rmsnorm_bf16_vocab", "layernorm_fp16_vocab"])
