@@ -418,7 +418,8 @@ def test_gfx942_instance_compiles_without_spills_and_uses_mfma(first_shapes, ren
     assert (max(k.lds_bytes for k in r.kernels) > 0) == (rendered.instance.lds_bytes > 0), rendered.uri
     entry = Path(r.entry) if Path(r.entry).is_absolute() else ROOT / r.entry
     assert (entry / "kernel.co").read_bytes()[:4] == b"\x7fELF"
-    # one kernel per launch grid: GEMM's specialized edges, attention decode's splits + combine
+    # one kernel per T.Kernel the instance launches: GEMM's specialized edges, attention decode's splits +
+    # combine, a split row kernel's two
     assert len(r.kernels) == len(rendered.instance.launch_grids(r.shape))
 
 

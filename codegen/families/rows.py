@@ -16,7 +16,7 @@ from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_ta
 from codegen.hardware import DTYPE_BYTES, DType, Hardware, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF
 from codegen.rules import Violation, threads_violations
-from codegen.spec import MAX_SHAPES, Identifier, Model, PositiveInt, RowDTypes, TailPolicy, ToleranceScale
+from codegen.spec import MAX_INT32, MAX_SHAPES, Identifier, Model, PositiveInt, RowDTypes, TailPolicy, ToleranceScale
 from codegen.targets import torch_dtype
 from codegen.targets.base import TargetSpec
 
@@ -31,7 +31,10 @@ class RowShape(Model):
 
 
 Vector = Literal[1, 2, 4, 8]
-ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail")  # what a row family's `search:` may list
+MAX_SPLIT = 65535  # workgroups per row: grid x of both split kernels
+MAX_PACK = 32  # rows per workgroup: 1024 threads / one 32-lane group per row
+SPLIT_AUTO_WAVES = 2  # split: auto aims at this many workgroups per CU/SM over all rows
+ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail", "peel", "split", "pack")  # what a row family's `search:` may list
 
 
 class RowSpecBase(Model):
@@ -42,6 +45,13 @@ class RowSpecBase(Model):
     vector: Vector = 8  # elements per thread per load (one 16-byte load for fp16/bf16 at 8)
     unroll: PositiveInt = 1  # unroll factor of the streaming column loops (T.unroll)
     tail: TailPolicy = TailPolicy.NONE
+    # a scalar head up to the row's first vector*bytes boundary, aligned vector loads, a scalar tail (odd rows)
+    peel: StrictBool = False
+    # workgroups per row: 1 (one per row), N, or auto (resolved per shape from the target's CU/SM count); over 1,
+    # a first kernel reduces each workgroup's segment into an fp32 workspace, a second combines and writes
+    split: Annotated[StrictInt, Field(ge=1, le=MAX_SPLIT)] | Literal["auto"] = 1
+    # rows per workgroup (many short rows): threads // pack threads per row, each its own reductions
+    pack: Annotated[StrictInt, Field(ge=1, le=MAX_PACK)] = 1
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False
     verify_tolerance_scale: ToleranceScale = 1.0
@@ -56,6 +66,11 @@ class RowSpecBase(Model):
     def streaming_variant(self) -> str:
         """The family's variant that streams the row from global memory (any length), for messages."""
         raise NotImplementedError
+
+    @property
+    def splits(self) -> bool:
+        """Whether several workgroups share a row (split over 1, or auto)."""
+        return self.split != 1
 
 
 # ---- rules ------------------------------------------------------------------------------------------
@@ -81,13 +96,38 @@ class RowContext:
 RowRule = Callable[[RowContext], Iterator[Violation]]
 
 
+def row_threads(spec: RowSpecBase) -> int:
+    """Threads per row: the workgroup's, shared by its `pack` rows."""
+    return spec.threads // spec.pack
+
+
 def row_chunk(spec: RowSpecBase) -> int:
-    return spec.threads * spec.vector
+    return row_threads(spec) * spec.vector
 
 
 def row_lds_bytes(spec: RowSpecBase) -> int:
     """LDS/shared memory of a row kernel: one fp32 partial per 32-lane reduction group."""
     return 4 * max(1, spec.threads // REDUCE_GROUP_LANES)
+
+
+def row_pack(c: RowContext) -> Iterator[Violation]:
+    """pack: several rows per workgroup, each row its own threads // pack threads and its own reductions, which
+    meet in LDS per 32-lane group: so a whole number of 32-lane groups per row; the grid is rows // pack."""
+    spec = c.spec
+    if spec.pack == 1:
+        return
+    per_row = spec.threads / spec.pack
+    if spec.threads % spec.pack or int(per_row) % REDUCE_GROUP_LANES:
+        yield Violation(rule="pack_threads", path=("pack",), value=spec.pack,
+                        message=f"{spec.threads} threads for {spec.pack} rows is {per_row:g} per row: each row needs "
+                                f"a multiple of {REDUCE_GROUP_LANES} threads (its own warp reductions)")
+    if spec.splits:
+        yield Violation(rule="pack_split", path=("pack",), value=spec.pack,
+                        message="pack puts several rows in one workgroup, split one row in several: use one")
+    for i, s in enumerate(spec.shapes):
+        if s.rows % spec.pack:
+            yield Violation(rule="pack_rows", path=("shapes", i, "rows"), value=s.rows,
+                            message=f"not a multiple of pack={spec.pack} (each workgroup takes {spec.pack} whole rows)")
 
 
 def row_register_budget(hw: Hardware, threads: int) -> int:
@@ -124,13 +164,14 @@ def row_vector_width(c: RowContext) -> Iterator[Violation]:
 
 
 def row_tail_policy(c: RowContext) -> Iterator[Violation]:
-    if c.spec.tail != TailPolicy.NONE:
+    if c.spec.tail != TailPolicy.NONE or c.spec.threads % c.spec.pack:
         return
     chunk = row_chunk(c.spec)
+    per = "threads/pack*vector" if c.spec.pack > 1 else "threads*vector"
     for i, s in enumerate(c.spec.shapes):
         if s.cols % chunk:
             yield Violation(rule="tail_policy", path=("shapes", i), value=None,
-                            message=f"cols={s.cols} is not a multiple of threads*vector={chunk}: "
+                            message=f"cols={s.cols} is not a multiple of {per}={chunk}: "
                                     "set tail: predicated or specialized")
 
 
@@ -159,8 +200,62 @@ def row_unroll(c: RowContext) -> Iterator[Violation]:
                                 f"lives in registers); unroll applies to {spec.streaming_variant}")
 
 
+def row_peel(c: RowContext) -> Iterator[Violation]:
+    """peel: true aligns each row's loads itself (a scalar head up to the row's first vector boundary, whole
+    vectors, a scalar tail), so the head and tail shift the vector body by a different amount per row."""
+    spec = c.spec
+    if not spec.peel:
+        return
+    if spec.row_in_registers:
+        yield Violation(rule="peel_variant", path=("peel",), value=True,
+                        message=f"the {spec.variant.value} variant holds the row in registers by chunk; peeled rows "
+                                f"are streamed: variant: {spec.streaming_variant}")
+    if spec.vector == 1:
+        yield Violation(rule="peel_vector", path=("vector",), value=1,
+                        message="peel aligns vector loads; with vector 1 there is nothing to align")
+    if spec.tail == TailPolicy.NONE:
+        yield Violation(rule="peel_tail", path=("tail",), value=spec.tail.value,
+                        message="peel moves each row's vector body by its head, so its last chunk is ragged in "
+                                "some rows: set tail: specialized or predicated")
+    for i, s in enumerate(spec.shapes):
+        if s.rows * s.cols > MAX_INT32:
+            yield Violation(rule="index_width", path=("shapes", i), value=None,
+                            message=f"peel indexes the rows as one flat int32 array: rows*cols={s.rows * s.cols} "
+                                    f"is over {MAX_INT32}")
+
+
+def row_split(c: RowContext) -> Iterator[Violation]:
+    """split: several workgroups per row, each streaming one segment of whole chunks (a second kernel
+    re-reads its segment to write it), so only the streamed variant splits; a peeled row's segments would
+    start off its vector boundary."""
+    spec = c.spec
+    if not spec.splits:
+        return
+    if spec.row_in_registers:
+        yield Violation(rule="split_variant", path=("split",), value=spec.split,
+                        message=f"the {spec.variant.value} variant keeps one row in one workgroup's registers; "
+                                f"split rows are streamed: variant: {spec.streaming_variant}")
+    if spec.peel:
+        yield Violation(rule="split_peel", path=("split",), value=spec.split,
+                        message="split segments start at chunk boundaries of the row, which peel moves by each "
+                                "row's head: use one of split or peel")
+    if spec.unroll != 1:
+        yield Violation(rule="split_unroll", path=("unroll",), value=spec.unroll,
+                        message="a split row's segment loop is not unrolled (its trip count differs per "
+                                "workgroup): unroll 1")
+    if isinstance(spec.split, int):
+        chunk = row_chunk(spec)
+        for i, s in enumerate(spec.shapes):
+            chunks = -(-s.cols // chunk)
+            if spec.split > chunks:
+                yield Violation(rule="split_segments", path=("shapes", i, "cols"), value=s.cols,
+                                message=f"split={spec.split} workgroups for {chunks} chunk(s) of {chunk} columns: "
+                                        f"some workgroups would get no columns (split at most {chunks}, or auto)")
+
+
 ROW_RULES: tuple[RowRule, ...] = (
-    row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll,
+    row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll, row_peel,
+    row_split, row_pack,
 )
 
 
@@ -189,10 +284,14 @@ class RowInstance(InstanceBase):
     spec_dtypes: tuple[str, str, str]  # input, out, accumulate as written in the spec
     threads: int
     vector: int
-    chunk: int  # threads * vector columns per chunk
+    chunk: int  # threads per row * vector columns per chunk
     reduce_groups: int  # 32-lane groups whose partials meet in LDS
+    pack: int  # rows per workgroup (threads // pack threads per row)
     unroll: int
     tail: TailPolicy
+    peel: bool  # scalar head and tail around aligned vectors, each row (rule row_peel)
+    split: int  # workgroups per row when fixed (1: one per row); see split_workgroups
+    split_workgroups: int | None  # split: auto -- the grid to reach over all rows (CUs/SMs x SPLIT_AUTO_WAVES)
     allow_spills: bool
     min_waves_per_simd: int | None
     verify_tolerance_scale: float = field(compare=False)
@@ -206,18 +305,93 @@ class RowInstance(InstanceBase):
     def stem(self) -> str:
         parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", self._variant_tag(), f"t{self.threads}",
                  f"v{self.vector}"]
-        return "_".join(parts + [f"u{self.unroll}"] * (self.unroll > 1)) + tail_tag(self.tail)
+        parts += [f"u{self.unroll}"] * (self.unroll > 1) + ["peel"] * self.peel
+        if self.splits:
+            parts.append("sauto" if self.split_workgroups else f"s{self.split}")
+        if self.pack > 1:
+            parts.append(f"p{self.pack}")
+        return "_".join(parts) + tail_tag(self.tail)
 
     def _variant_tag(self) -> str:
         raise NotImplementedError
 
     def template_vars(self) -> dict[str, object]:
-        return {"target_literal": repr(dict(self.tilelang_target))}
+        """How a chunk macro's (X, n, row) arguments address the row: unpeeled, X[row, col] with column
+        extent n; peeled, the flat views Xf/Yf from the row's first aligned element a0 with extent nvec in
+        whole vectors, so that the vector index is provably a multiple of VEC (TVM emits the 16-byte load
+        only then)."""
+        if self.peel:
+            row = {"row_args": "Xf, nvec, a0", "store_args": "Xf, Yf, nvec, a0", "y_at": "Y[row + c * CHUNK + tx * VEC + v]",
+                   "in_row": "c * THREADS + tx < n", "param_origin": "head"}
+        else:
+            row = {"row_args": "X, N, row", "store_args": "X, Y, N, row", "y_at": "Y[row, c * CHUNK + tx * VEC + v]",
+                   "in_row": "c * CHUNK + tx * VEC + v < n", "param_origin": "0"}
+        if self.split_workgroups is not None:
+            split = {"split_expr": "max(1, min(-(-SPLIT_WORKGROUPS // M), CHUNKS))",
+                     "split_doc": f"split: auto -- {SPLIT_AUTO_WAVES} workgroups per CU/SM over all rows"}
+        else:
+            split = {"split_expr": str(self.split), "split_doc": "split"}
+        return {"target_literal": repr(dict(self.tilelang_target)), **row, **split}
+
+    @property
+    def splits(self) -> bool:
+        return self.split != 1 or self.split_workgroups is not None
+
+    # how a packed kernel (pack > 1) addresses its rows, as finished expressions for the templates
+    @property
+    def row_threads(self) -> int:
+        return self.threads // self.pack
+
+    @property
+    def row_groups(self) -> int:
+        return self.row_threads // REDUCE_GROUP_LANES
+
+    @property
+    def lane_expr(self) -> str:
+        """A thread's index within its row."""
+        return "T.get_thread_binding() % ROW_THREADS" if self.pack > 1 else "T.get_thread_binding()"
+
+    @property
+    def grid_rows_expr(self) -> str:
+        return "M // PACK" if self.pack > 1 else "M"
+
+    @property
+    def block_var(self) -> str:
+        """The workgroup index T.Kernel binds: the row itself, or the block of PACK rows."""
+        return "bx" if self.pack > 1 else "row"
+
+    @property
+    def reduce_scope(self) -> str:
+        return "row's threads" if self.pack > 1 else "workgroup"
+
+    def split_layout(self, rows: int, cols: int) -> tuple[int, int]:
+        """(workgroups per row, columns of each workgroup's segment) at one shape, as the template's make_kernel
+        computes SPLIT and SEGCH * CHUNK: segment i is columns [i * seg, min((i + 1) * seg, cols))."""
+        chunks = -(-cols // self.chunk)
+        if self.split_workgroups is None:
+            split = self.split
+        else:
+            split = max(1, min(-(-self.split_workgroups // rows), chunks))
+        return split, -(-chunks // split) * self.chunk
+
+    def split_slots(self) -> int:
+        """fp32 partials per (row, workgroup) in the split workspace."""
+        raise NotImplementedError
+
+    def workspace_shape(self, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+        """The fp32 workspace [rows, SPLIT, slots] a split kernel takes (None: no split)."""
+        if not self.splits:
+            return None
+        rows, cols = shape
+        return (rows, self.split_layout(rows, cols)[0], self.split_slots())
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
-        """`T.Kernel(M, ...)`: one workgroup per row, along x."""
-        rows, _ = shape
-        return ((rows, 1, 1),)
+        """`T.Kernel(M, ...)`: one workgroup per row, along x; split: two kernels of `T.Kernel(SPLIT, M, ...)`."""
+        rows, cols = shape
+        if self.splits:
+            split = self.split_layout(rows, cols)[0]
+            return ((split, rows, 1), (split, rows, 1))
+        return ((rows // self.pack, 1, 1),)
 
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
@@ -225,6 +399,7 @@ class RowInstance(InstanceBase):
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"input": i, "out": o, "accumulate": acc}, "shapes": [list(s) for s in self.shapes],
             "threads": self.threads, "vector": self.vector, "unroll": self.unroll, "tail": self.tail.value,
+            "peel": self.peel, "split": "auto" if self.split_workgroups else self.split, "pack": self.pack,
             "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
             "lds_bytes": self.lds_bytes, **self._family_metadata(),
         }
@@ -254,6 +429,9 @@ def row_fields(spec: RowSpecBase, target: TargetSpec, spec_file: str) -> dict[st
         "accum_dtype": hw.tilelang_dtypes[d.accumulate], "spec_dtypes": (d.input.value, d.out.value, d.accumulate.value),
         "threads": spec.threads, "vector": spec.vector, "chunk": row_chunk(spec),
         "reduce_groups": max(1, spec.threads // REDUCE_GROUP_LANES), "unroll": spec.unroll, "tail": spec.tail,
+        "peel": spec.peel, "pack": spec.pack,
+        "split": spec.split if isinstance(spec.split, int) else 1,
+        "split_workgroups": None if isinstance(spec.split, int) else SPLIT_AUTO_WAVES * hw.compute_units,
         "allow_spills": spec.allow_spills, "min_waves_per_simd": spec.min_waves_per_simd,
         "verify_tolerance_scale": spec.verify_tolerance_scale, "lds_bytes": row_lds_bytes(spec),
         "tilelang_target": tilelang_target(target),
@@ -272,15 +450,68 @@ def row_derived_shapes(inst) -> list[tuple[int, int]]:
     """Edge shapes on top of the spec's: with no tail policy, one and two whole chunks
     (threads*vector columns); with one, a single column and one column either side of a chunk
     multiple. Never longer than the spec's longest row (the online variant's register budget)."""
-    c = inst.chunk
+    c, p = inst.chunk, inst.pack  # a packed kernel takes whole blocks of `pack` rows
     longest = max(cols for _, cols in inst.shapes)
     cand = [(1, c), (3, 2 * c)] if inst.tail == TailPolicy.NONE else [(1, 1), (2, c + 1), (3, 2 * c - 1)]
-    return [s for s in cand if s[1] <= max(longest, c)]
+    return [(r * p, n) for r, n in cand if n <= max(longest, c)]
+
+
+def peel_scalar_mask(inst, rows: int, cols: int, r0: int = 0):
+    """[rows, cols] bool, True where a peeled kernel (peel: true) reads and writes element by element: each
+    row's head, from its first element to the first VEC-aligned element of the flat (16-byte aligned)
+    buffer, and its tail after the last whole vector -- for rows r0 .. r0 + rows of the tensor. The same
+    arithmetic as the template's peel_setup (_rows.j2)."""
+    import torch
+
+    vec = inst.vector
+    base = torch.arange(r0, r0 + rows, dtype=torch.int64).unsqueeze(1) * cols
+    head = torch.clamp((-base) % vec, max=cols)
+    tail0 = head + (cols - head) // vec * vec
+    col = torch.arange(cols, dtype=torch.int64).unsqueeze(0)
+    return (col < head) | (col >= tail0)
+
+
+def split_kept_columns(inst, rows: int, cols: int):
+    """[cols] bool for the split control: False on the columns of the last non-empty segment (`split_layout`
+    at the whole tensor's `rows`), the one partial a combine that drops one leaves out; all True without a split."""
+    import torch
+
+    kept = torch.ones(cols, dtype=torch.bool)
+    if inst.splits:
+        _, seg = inst.split_layout(rows, cols)
+        kept[(cols - 1) // seg * seg:] = False
+    return kept
+
+
+def dropped_chunk_columns(inst, rows: int, cols: int):
+    """[cols] bool for the dropped_chunk control: the columns a wrong column trip count leaves out of the
+    statistics -- the row's last chunk (all of a shorter row); with a split, the last chunk of every
+    workgroup's segment (each runs that loop; `rows`: the whole tensor's, which split: auto depends on)."""
+    import torch
+
+    dropped = torch.zeros(cols, dtype=torch.bool)
+    if inst.splits:
+        _, seg = inst.split_layout(rows, cols)
+        for start in range(0, cols, seg):
+            end = min(start + seg, cols)
+            dropped[max(start, end - inst.chunk):end] = True
+    else:
+        dropped[max(0, cols - inst.chunk):] = True
+    return dropped
+
+
+def row_workspace(inst, shape, device):
+    """The fp32 workspace of a split kernel (None without a split); every slot is written by kernel 1."""
+    import torch
+
+    ws = inst.workspace_shape(tuple(shape))
+    return None if ws is None else torch.empty(ws, dtype=torch.float32, device=device)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RowCase:
     X: object  # stored input (device, input dtype)
+    WS: object = None  # split: the fp32 partials workspace [rows, SPLIT, slots] (device)
 
     @property
     def X32(self):
@@ -300,14 +531,16 @@ def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target)
         x = x * torch.exp(torch.empty(rows, 1).uniform_(-2, 2, generator=g)) + 2 * torch.randn(rows, 1, generator=g)
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     xq = x.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
-    return RowCase(X=xq.to(device))
+    return RowCase(X=xq.to(device), WS=row_workspace(inst, shape, device))
 
 
 def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_controls: tuple[str, ...] = (),
                whole_controls=None):
     """The chunked check of a row family: blocks of whole rows, about max_elements elements each (one row
     at least), the case's X sliced (weights and bias whole). `reference(inst, sub)` and
-    `controls(inst, sub, ref)` are the family's own, row by row alike; a control in `first_row_controls`
+    `controls(inst, sub, ref, r0=r0, rows=rows)` are the family's own, row by row alike (r0: the block's first
+    row, for controls that depend on where a row lies in memory; rows: the whole tensor's, which split: auto
+    depends on); a control in `first_row_controls`
     wrongs the first row only, so in later blocks it is the reference itself; `whole_controls(inst, case,
     step)`, if given, returns {name: fn(sub, r0) -> wrong} for controls that mix rows (a pre-pass over the
     blocks gathers what they need)."""
@@ -316,12 +549,12 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
     from codegen.verify import CheckChunk
 
     rows, cols = case.X.shape
-    step = max(1, max_elements // max(cols, 1))
+    step = max(inst.pack, max_elements // max(cols, 1) // inst.pack * inst.pack)  # whole blocks of packed rows
     mixed = whole_controls(inst, case, step) if whole_controls else {}
     for r0 in range(0, rows, step):
         sub = replace(case, X=case.X[r0:r0 + step])
         ref, mag = reference(inst, sub)
-        wrong = controls(inst, sub, ref)
+        wrong = controls(inst, sub, ref, r0=r0, rows=rows)
         for name in first_row_controls:
             if r0 > 0:
                 wrong[name] = ref

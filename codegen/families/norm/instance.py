@@ -39,32 +39,55 @@ class NormInstance(RowInstance):
         params = ["X: T.Tensor((M, N), IN_DTYPE)", "W: T.Tensor((N,), IN_DTYPE)"]
         if self.has_bias:
             params.append("B: T.Tensor((N,), IN_DTYPE)")
+        if self.splits:
+            params.append(f"P: T.Tensor((M, SPLIT, {self.split_slots()}), ACCUM_DTYPE)")
         params.append("Y: T.Tensor((M, N), OUT_DTYPE)")
         # element v of the chunk being processed: at offset o (= chunk * VEC) of the row held in registers,
         # or of the VEC-element buffer a streamed pass loads each chunk into
         x = "xb[o + v]" if self.variant == "registers" else "xb[v]"
         if self.centered:
             formula = "Y = (X - mean) / sqrt(var + EPS) * W + B (biased variance, like F.layer_norm)"
-            square = f"({x} - mu[0]) * ({x} - mu[0])"
-            out = f"({x} - mu[0]) * rstd[0] * wv[v] + bv[v]"
         else:
             formula = "Y = X / sqrt(mean(X^2) + EPS) * W"
-            square = f"{x} * {x}"
-            out = f"{x} * rstd[0] * wv[v]"
+        square, out = self._terms(x, "wv[v]", "bv[v]")
+        # a peeled row's head or tail element, loaded into slot 0 of the buffers
+        scalar_square, scalar_out = self._terms("xb[0]", "wv[0]", "bv[0]")
+        rows = super().template_vars()  # how the chunk macros address the row (X, n, row): codegen.families.rows
         return {
-            **super().template_vars(),
+            **rows,
             "formula": formula,
             "param_doc": "W and B" if self.has_bias else "W",
             "last_pass_doc": "normalise, scale and shift" if self.has_bias else "normalise and scale",
             "eps_literal": repr(self.eps),
             "kernel_params": ", ".join(params),
-            "store_call": "store_chunk(X, W, B, Y, N, row, @C, xb, wv, bv, mu, rstd, @G)" if self.has_bias
-                          else "store_chunk(X, W, Y, N, row, @C, xb, wv, mu, rstd, @G)",
-            "store_params": "X, W, B, Y, n, row, c, xb, wv, bv, mu, rstd, guarded" if self.has_bias
-                            else "X, W, Y, n, row, c, xb, wv, mu, rstd, guarded",
+            "store_call": self._store_call(rows["store_args"], rows["param_origin"]),
+            "store_params": "X, W, B, Y, n, row, wo, c, xb, wv, bv, mu, rstd, guarded" if self.has_bias
+                            else "X, W, Y, n, row, wo, c, xb, wv, mu, rstd, guarded",
             "square_term": square,
             "out_term": out,
+            "scalar_square": scalar_square,
+            "square_slot": str(self.split_slots() - 1),
+            "split_partials_doc": "its sum, then its sum of squares about its own mean" if self.centered
+                                  else "its sum of squares",  # split: the workspace slot of the sum of squares
+            "scalar_out": scalar_out,
         }
+
+    def split_slots(self) -> int:
+        """rmsnorm: the segment's sum of squares; layernorm: its sum and its sum of squares about its own mean."""
+        return 2 if self.centered else 1
+
+    def _terms(self, x: str, w: str, b: str) -> tuple[str, str]:
+        """The squared term of the variance sum and the output of element x with weight w (and bias b)."""
+        if self.centered:
+            return f"({x} - mu[0]) * ({x} - mu[0])", f"({x} - mu[0]) * rstd[0] * {w} + {b}"
+        return f"{x} * {x}", f"{x} * rstd[0] * {w}"
+
+    def _store_call(self, store_args: str, origin: str) -> str:
+        """The last pass's chunk call: (X, [W, B,] Y, n, row) as the row is addressed, W's origin, the buffers."""
+        x, y, n, row = (a.strip() for a in store_args.split(","))
+        params = f"{x}, W, B, {y}" if self.has_bias else f"{x}, W, {y}"
+        bufs = "xb, wv, bv, mu, rstd" if self.has_bias else "xb, wv, mu, rstd"
+        return f"store_chunk({params}, {n}, {row}, {origin}, @C, {bufs}, @G)"
 
 
 def make_instance(spec: NormSpecBase, target: TargetSpec, spec_file: str) -> NormInstance:

@@ -7,7 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codegen.families.base import Numerics
-from codegen.families.rows import RowTolerance, row_bytes, row_chunks, row_derived_shapes, row_inputs, row_tolerance
+from codegen.families.rows import (
+    RowTolerance,
+    dropped_chunk_columns,
+    peel_scalar_mask,
+    row_bytes,
+    row_chunks,
+    row_derived_shapes,
+    row_inputs,
+    row_tolerance,
+    row_workspace,
+    split_kept_columns,
+)
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import compiled_once
 from codegen.targets import torch_dtype
@@ -42,6 +53,7 @@ class NormCase:
     X: object  # stored input (device, input dtype)
     W: object  # weight [cols], input dtype
     B: object  # bias [cols], input dtype; None for rmsnorm
+    WS: object = None  # split: the fp32 partials workspace [rows, SPLIT, slots] (device)
 
     # the same rounded values in fp32, made on use (a chunk's rows only, in the chunked check)
     @property
@@ -69,7 +81,8 @@ def norm_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     w = (1.0 + 0.5 * torch.randn(cols, generator=g)).to(dt)
     b = (0.5 * torch.randn(cols, generator=g)).to(dt) if inst.has_bias else None
-    return NormCase(X=row.X.to(device), W=w.to(device), B=None if b is None else b.to(device))
+    return NormCase(X=row.X.to(device), W=w.to(device), B=None if b is None else b.to(device),
+                    WS=row_workspace(inst, shape, device))
 
 
 def _rms_norm32(x, w, eps: float):
@@ -106,15 +119,16 @@ def norm_reference(inst, case: NormCase):
     return ref, mag
 
 
-def norm_dropped_chunk(inst, case: NormCase, chunk: int):
+def norm_dropped_chunk(inst, case: NormCase, chunk: int, dropped=None):
     """Negative control: the first row's statistics miss its last chunk of `chunk` columns (all of a
-    shorter row) while still dividing by cols -- what a kernel with a wrong column trip count produces;
-    every column is still normalised and written."""
+    shorter row), or the columns `dropped` ([cols] bool: a split's last chunk of every segment), while still
+    dividing by cols -- what a kernel with a wrong column trip count produces; every column is still
+    normalised and written."""
     import torch
 
     x, n, eps = case.X32, case.X32.shape[-1], inst.eps
     bad = norm_reference(inst, case)[0].clone()
-    kept = x[0, : max(0, n - chunk)]
+    kept = x[0, : max(0, n - chunk)] if dropped is None else x[0, ~dropped]
     if inst.centered:
         mean = kept.sum() / n
         var = (kept - mean).square().sum() / n
@@ -124,7 +138,56 @@ def norm_dropped_chunk(inst, case: NormCase, chunk: int):
     return bad
 
 
-def norm_controls(inst, case: NormCase, ref) -> dict[str, object]:
+def norm_peel_skipped(inst, case: NormCase, r0: int):
+    """Negative control of peel: a peeled kernel whose scalar step is skipped -- each row's head and tail
+    (peel_scalar_mask) left out of its statistics (still divided by cols) and never written (verify's output
+    starts as NaN; left out of the statistics alone they move a long row's rstd by less than the rounding)."""
+    import torch
+
+    x, n, eps = case.X32, case.X32.shape[-1], inst.eps
+    scalar = peel_scalar_mask(inst, *x.shape, r0=r0)
+    body = x.masked_fill(scalar, 0.0)
+    if inst.centered:
+        mean = body.sum(-1, keepdim=True) / n
+        var = (body - mean).masked_fill(scalar, 0.0).square().sum(-1, keepdim=True) / n
+        out = (x - mean) * torch.rsqrt(var + eps) * case.W32 + case.B32
+    else:
+        out = x * torch.rsqrt(body.square().sum(-1, keepdim=True) / n + eps) * case.W32
+    return out.masked_fill(scalar, float("nan"))
+
+
+def norm_split_dropped(inst, case: NormCase, rows: int):
+    """Negative control of split: the combine leaves out each row's last non-empty segment's partial(s)
+    (still dividing by cols); every column, that segment's too, is still normalised and written."""
+    import torch
+
+    x, n, eps = case.X32, case.X32.shape[-1], inst.eps
+    dropped = ~split_kept_columns(inst, rows, x.shape[-1])
+    kept = x.masked_fill(dropped, 0.0)
+    if inst.centered:
+        mean = kept.sum(-1, keepdim=True) / n
+        var = (x - mean).masked_fill(dropped, 0.0).square().sum(-1, keepdim=True) / n
+        return (x - mean) * torch.rsqrt(var + eps) * case.W32 + case.B32
+    return x * torch.rsqrt(kept.square().sum(-1, keepdim=True) / n + eps) * case.W32
+
+
+def norm_pack_mixed(inst, case: NormCase):
+    """Negative control of pack: each workgroup's `pack` rows share one set of statistics (their sums added
+    together, still divided by cols: reducing over the workgroup instead of each row's threads)."""
+    import torch
+
+    x, n, eps, p = case.X32, case.X32.shape[-1], inst.eps, inst.pack
+    blocks = x.reshape(x.shape[0] // p, p * n)
+    if inst.centered:
+        mean = blocks.sum(-1, keepdim=True) / n
+        var = (blocks - mean).square().sum(-1, keepdim=True) / n
+        out = (blocks - mean) * torch.rsqrt(var + eps)
+        return out.reshape(x.shape) * case.W32 + case.B32
+    out = blocks * torch.rsqrt(blocks.square().sum(-1, keepdim=True) / n + eps)
+    return out.reshape(x.shape) * case.W32
+
+
+def norm_controls(inst, case: NormCase, ref, r0: int = 0, rows: int | None = None) -> dict[str, object]:
     import torch
     import torch.nn.functional as F
 
@@ -135,7 +198,14 @@ def norm_controls(inst, case: NormCase, ref) -> dict[str, object]:
         controls["rms_not_layer"] = _rms_norm32(x, case.W32, eps) + case.B32  # no mean subtraction
     else:
         controls["no_weight"] = _rms_norm32(x, None, eps)
-    controls["dropped_chunk"] = norm_dropped_chunk(inst, case, inst.chunk)
+    rows = case.X.shape[0] if rows is None else rows
+    controls["dropped_chunk"] = norm_dropped_chunk(inst, case, inst.chunk, dropped_chunk_columns(inst, rows, n))
+    if inst.peel:
+        controls["peel_skipped"] = norm_peel_skipped(inst, case, r0)
+    if inst.splits:
+        controls["split_dropped"] = norm_split_dropped(inst, case, rows)
+    if inst.pack > 1:
+        controls["pack_mixed"] = norm_pack_mixed(inst, case)
     return controls
 
 
@@ -158,10 +228,8 @@ def norm_baselines(inst, case: NormCase, out_dtype):
 
 
 def _norm_launch(kernel, case: NormCase, out) -> None:
-    if case.B is None:
-        kernel(case.X, case.W, out)
-    else:
-        kernel(case.X, case.W, case.B, out)
+    params = [t for t in (case.B, case.WS) if t is not None]  # layernorm's bias, split's workspace
+    kernel(case.X, case.W, *params, out)
 
 
 def tolerance(inst, shape, run_target: Target) -> RowTolerance:

@@ -23,6 +23,9 @@ class SoftmaxInstance(RowInstance):
     def _family_metadata(self) -> dict[str, object]:
         return {"variant": self.variant}
 
+    def split_slots(self) -> int:
+        return 2  # the segment's max and its sum of exp(x - max)
+
     def _schedule(self) -> str:
         return self.variant if self.variant == "online" else f"{self.variant}, unroll {self.unroll}"
 

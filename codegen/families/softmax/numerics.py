@@ -7,11 +7,14 @@ from codegen.families.base import Numerics
 from codegen.families.rows import (
     RowCase,
     RowTolerance,
+    dropped_chunk_columns,
+    peel_scalar_mask,
     row_bytes,
     row_chunks,
     row_derived_shapes,
     row_inputs,
     row_tolerance,
+    split_kept_columns,
 )
 from codegen.hardware import Target
 from codegen.numerics import compiled_once
@@ -37,32 +40,79 @@ def softmax_reference(case: RowCase):
     return ref, mag
 
 
-def softmax_dropped_chunk(case: RowCase, chunk: int):
+def softmax_dropped_chunk(case: RowCase, chunk: int, dropped=None):
     """Negative control: the first row's max and sum miss its last chunk of `chunk` columns (all of a
-    shorter row) -- what a kernel with a wrong column trip count produces; that chunk is still written."""
+    shorter row), or the columns `dropped` ([cols] bool: a split's last chunk of every segment) -- what a
+    kernel with a wrong column trip count produces; those columns are still written."""
     import torch
 
     x = case.X32
     bad = torch.softmax(x, dim=-1)
     cols = x.shape[-1]
-    k0 = max(0, cols - chunk)
-    if k0 == 0:
+    if dropped is None:
+        dropped = torch.arange(cols) >= cols - chunk
+    if bool(dropped.all()):
         bad[0] = float("inf")  # nothing left to normalise by
         return bad
-    kept = x[0, :k0]
+    kept = x[0, ~dropped]
     m = kept.max()
     bad[0] = torch.exp(x[0] - m) / torch.exp(kept - m).sum()
     return bad
 
 
-def softmax_controls(inst, case: RowCase, ref) -> dict[str, object]:
+def softmax_peel_skipped(inst, case: RowCase, r0: int):
+    """Negative control of peel: a peeled kernel whose scalar step is skipped -- each row's head and tail
+    (peel_scalar_mask) left out of its max and sum and never written (verify's output starts as NaN). Left out
+    of the statistics alone they move a long row's sum by less than the fp16 rounding, so the unwritten
+    elements are what the check can see."""
     import torch
 
-    return {
+    x = case.X32
+    scalar = peel_scalar_mask(inst, *x.shape, r0=r0)
+    body = x.masked_fill(scalar, float("-inf"))
+    m = body.amax(-1, keepdim=True)
+    out = torch.exp(body - m) / torch.exp(body - m).sum(-1, keepdim=True)
+    return out.masked_fill(scalar, float("nan"))
+
+
+def softmax_split_dropped(inst, case: RowCase, rows: int):
+    """Negative control of split: the combine leaves out each row's last non-empty segment's (max, sum)
+    partial; every column, that segment's too, is still normalised by the others' and written."""
+    import torch
+
+    x = case.X32
+    kept = x.masked_fill(~split_kept_columns(inst, rows, x.shape[-1]), float("-inf"))
+    m = kept.amax(-1, keepdim=True)
+    return torch.exp(x - m) / torch.exp(kept - m).sum(-1, keepdim=True)
+
+
+def softmax_pack_mixed(inst, case: RowCase):
+    """Negative control of pack: each workgroup's `pack` rows reduced together (one max and one sum over all
+    of them, the bug of reducing over the workgroup instead of each row's threads)."""
+    import torch
+
+    x = case.X32
+    rows, cols = x.shape
+    return torch.softmax(x.reshape(rows // inst.pack, inst.pack * cols), dim=-1).reshape(rows, cols)
+
+
+def softmax_controls(inst, case: RowCase, ref, r0: int = 0, rows: int | None = None) -> dict[str, object]:
+    import torch
+
+    rows = case.X.shape[0] if rows is None else rows
+
+    controls = {
         "zeros": torch.zeros_like(ref),
         "wrong_axis": torch.softmax(case.X32, dim=0),  # softmax over rows instead of columns
-        "dropped_chunk": softmax_dropped_chunk(case, inst.chunk),
+        "dropped_chunk": softmax_dropped_chunk(case, inst.chunk, dropped_chunk_columns(inst, rows, case.X.shape[-1])),
     }
+    if inst.peel:
+        controls["peel_skipped"] = softmax_peel_skipped(inst, case, r0)
+    if inst.splits:
+        controls["split_dropped"] = softmax_split_dropped(inst, case, rows)
+    if inst.pack > 1:
+        controls["pack_mixed"] = softmax_pack_mixed(inst, case)
+    return controls
 
 
 def softmax_wrong_axis_by_blocks(inst, case: RowCase, step: int):
@@ -110,6 +160,6 @@ NUMERICS = Numerics(
     controls=softmax_controls,
     derived_shapes=row_derived_shapes,
     out_shape=lambda inst, s: tuple(s),
-    launch=lambda kernel, case, out: kernel(case.X, out),
+    launch=lambda kernel, case, out: kernel(case.X, out) if case.WS is None else kernel(case.X, case.WS, out),
     baselines=softmax_baselines,
 )
