@@ -456,7 +456,7 @@ def row_derived_shapes(inst) -> list[tuple[int, int]]:
     return [(r * p, n) for r, n in cand if n <= max(longest, c)]
 
 
-def peel_scalar_mask(inst, rows: int, cols: int, r0: int = 0):
+def peel_scalar_mask(inst, rows: int, cols: int, r0: int = 0, device=None):
     """[rows, cols] bool, True where a peeled kernel (peel: true) reads and writes element by element: each
     row's head, from its first element to the first VEC-aligned element of the flat (16-byte aligned)
     buffer, and its tail after the last whole vector -- for rows r0 .. r0 + rows of the tensor. The same
@@ -464,32 +464,32 @@ def peel_scalar_mask(inst, rows: int, cols: int, r0: int = 0):
     import torch
 
     vec = inst.vector
-    base = torch.arange(r0, r0 + rows, dtype=torch.int64).unsqueeze(1) * cols
+    base = torch.arange(r0, r0 + rows, dtype=torch.int64, device=device).unsqueeze(1) * cols
     head = torch.clamp((-base) % vec, max=cols)
     tail0 = head + (cols - head) // vec * vec
-    col = torch.arange(cols, dtype=torch.int64).unsqueeze(0)
+    col = torch.arange(cols, dtype=torch.int64, device=device).unsqueeze(0)
     return (col < head) | (col >= tail0)
 
 
-def split_kept_columns(inst, rows: int, cols: int):
+def split_kept_columns(inst, rows: int, cols: int, device=None):
     """[cols] bool for the split control: False on the columns of the last non-empty segment (`split_layout`
     at the whole tensor's `rows`), the one partial a combine that drops one leaves out; all True without a split."""
     import torch
 
-    kept = torch.ones(cols, dtype=torch.bool)
+    kept = torch.ones(cols, dtype=torch.bool, device=device)
     if inst.splits:
         _, seg = inst.split_layout(rows, cols)
         kept[(cols - 1) // seg * seg:] = False
     return kept
 
 
-def dropped_chunk_columns(inst, rows: int, cols: int):
+def dropped_chunk_columns(inst, rows: int, cols: int, device=None):
     """[cols] bool for the dropped_chunk control: the columns a wrong column trip count leaves out of the
     statistics -- the row's last chunk (all of a shorter row); with a split, the last chunk of every
     workgroup's segment (each runs that loop; `rows`: the whole tensor's, which split: auto depends on)."""
     import torch
 
-    dropped = torch.zeros(cols, dtype=torch.bool)
+    dropped = torch.zeros(cols, dtype=torch.bool, device=device)
     if inst.splits:
         _, seg = inst.split_layout(rows, cols)
         for start in range(0, cols, seg):

@@ -145,7 +145,7 @@ def norm_peel_skipped(inst, case: NormCase, r0: int):
     import torch
 
     x, n, eps = case.X32, case.X32.shape[-1], inst.eps
-    scalar = peel_scalar_mask(inst, *x.shape, r0=r0)
+    scalar = peel_scalar_mask(inst, *x.shape, r0=r0, device=x.device)
     body = x.masked_fill(scalar, 0.0)
     if inst.centered:
         mean = body.sum(-1, keepdim=True) / n
@@ -162,7 +162,7 @@ def norm_split_dropped(inst, case: NormCase, rows: int):
     import torch
 
     x, n, eps = case.X32, case.X32.shape[-1], inst.eps
-    dropped = ~split_kept_columns(inst, rows, x.shape[-1])
+    dropped = ~split_kept_columns(inst, rows, x.shape[-1], device=x.device)
     kept = x.masked_fill(dropped, 0.0)
     if inst.centered:
         mean = kept.sum(-1, keepdim=True) / n
@@ -199,7 +199,7 @@ def norm_controls(inst, case: NormCase, ref, r0: int = 0, rows: int | None = Non
     else:
         controls["no_weight"] = _rms_norm32(x, None, eps)
     rows = case.X.shape[0] if rows is None else rows
-    controls["dropped_chunk"] = norm_dropped_chunk(inst, case, inst.chunk, dropped_chunk_columns(inst, rows, n))
+    controls["dropped_chunk"] = norm_dropped_chunk(inst, case, inst.chunk, dropped_chunk_columns(inst, rows, n, device=case.X.device))
     if inst.peel:
         controls["peel_skipped"] = norm_peel_skipped(inst, case, r0)
     if inst.splits:

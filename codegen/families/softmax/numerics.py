@@ -50,7 +50,7 @@ def softmax_dropped_chunk(case: RowCase, chunk: int, dropped=None):
     bad = torch.softmax(x, dim=-1)
     cols = x.shape[-1]
     if dropped is None:
-        dropped = torch.arange(cols) >= cols - chunk
+        dropped = torch.arange(cols, device=case.X.device) >= cols - chunk
     if bool(dropped.all()):
         bad[0] = float("inf")  # nothing left to normalise by
         return bad
@@ -68,7 +68,7 @@ def softmax_peel_skipped(inst, case: RowCase, r0: int):
     import torch
 
     x = case.X32
-    scalar = peel_scalar_mask(inst, *x.shape, r0=r0)
+    scalar = peel_scalar_mask(inst, *x.shape, r0=r0, device=x.device)
     body = x.masked_fill(scalar, float("-inf"))
     m = body.amax(-1, keepdim=True)
     out = torch.exp(body - m) / torch.exp(body - m).sum(-1, keepdim=True)
@@ -81,7 +81,7 @@ def softmax_split_dropped(inst, case: RowCase, rows: int):
     import torch
 
     x = case.X32
-    kept = x.masked_fill(~split_kept_columns(inst, rows, x.shape[-1]), float("-inf"))
+    kept = x.masked_fill(~split_kept_columns(inst, rows, x.shape[-1], device=x.device), float("-inf"))
     m = kept.amax(-1, keepdim=True)
     return torch.exp(x - m) / torch.exp(kept - m).sum(-1, keepdim=True)
 
@@ -104,7 +104,7 @@ def softmax_controls(inst, case: RowCase, ref, r0: int = 0, rows: int | None = N
     controls = {
         "zeros": torch.zeros_like(ref),
         "wrong_axis": torch.softmax(case.X32, dim=0),  # softmax over rows instead of columns
-        "dropped_chunk": softmax_dropped_chunk(case, inst.chunk, dropped_chunk_columns(inst, rows, case.X.shape[-1])),
+        "dropped_chunk": softmax_dropped_chunk(case, inst.chunk, dropped_chunk_columns(inst, rows, case.X.shape[-1], device=case.X.device)),
     }
     if inst.peel:
         controls["peel_skipped"] = softmax_peel_skipped(inst, case, r0)
