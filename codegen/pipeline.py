@@ -71,7 +71,9 @@ class Project:
                     lines += [f"{ref.name} {'x'.join(map(str, s))} on {f.instance.target.value}: tuned on {ref.tuned_on} "
                               f"-> {f.uri}" for s in ref.shapes]
         lines += [f"{m.spec} {'x'.join(map(str, m.shape))}: hand configuration ({m.file}: {m.reason})" for m in report.misses]
-        lines += [f"{m.line()}: not used, the hand configuration serves it" for m in report.stale]
+        # an entry of a spec outside the files asked for (`gen PATHS`) is not stale, only not looked at here
+        asked = {ref.name for f in files for ref in f.specs}
+        lines += [f"{m.line()}: not used, the hand configuration serves it" for m in report.stale if m.spec in asked]
         return tuple(sorted(lines))
 
     def _prune_dirs(self, paths, targets) -> set[PurePosixPath]:
