@@ -24,7 +24,7 @@ from codegen.families import family_for_op
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.load import LoadedSpec
-from codegen.render import template_sha256
+from codegen.render import kernel_uri, template_sha256
 from codegen.targets import TARGETS
 
 LOCK_DIR = Path("tuned")
@@ -134,14 +134,6 @@ def hand_hash(loaded: LoadedSpec, target: Target) -> str:
     return inst.instance_hash(template_sha256(fam.template_path, inst.template))
 
 
-def winner_uri(loaded: LoadedSpec, target: Target, tunables: dict[str, object]) -> tuple[str | None, str]:
-    """The kernel name the winner's tunables give today, or (None, why it is not legal any more)."""
-    from codegen.render import kernel_uri
-
-    inst, why = winner_instance(loaded, target, tunables)
-    return (kernel_uri(inst), "") if inst is not None else (None, why)
-
-
 def winner_instance(loaded: LoadedSpec, target: Target, tunables: dict[str, object]):
     """The instance (every shape of the spec) of the hand configuration with the winner's tunables, or
     (None, why it is not legal any more)."""
@@ -188,7 +180,8 @@ class Finding:
 class CheckReport:
     stale: tuple[Finding, ...] = ()
     misses: tuple[Finding, ...] = ()
-    fresh: tuple[tuple[Target, LockEntry], ...] = ()  # entries that answer for today's spec set
+    fresh: tuple[tuple[Target, LockEntry, object], ...] = ()  # entries that answer for today's spec set, each
+    # with its winner's instance (every shape of the spec)
     entries: int = 0
     not_compared: tuple[str, ...] = field(default_factory=tuple)  # versions this machine cannot say
 
@@ -208,7 +201,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
     by_name = {ls.spec.name: ls for ls in loaded}
     stale: list[Finding] = []
     misses: list[Finding] = []
-    fresh: list[tuple[Target, LockEntry]] = []
+    fresh: list[tuple[Target, LockEntry, object]] = []
     count = 0
     compared_keys: set[str] = set()
     all_keys: set[str] = set()
@@ -239,10 +232,11 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                 if e.shape not in {tuple(s) for s in fam_shapes(ls)}:
                     stale_("the shape is no longer in the spec")
                     continue
-                uri, why = winner_uri(ls, target, e.winner.tunables)
-                if uri is None:
+                inst, why = winner_instance(ls, target, e.winner.tunables)
+                if inst is None:
                     stale_(why)
                     continue
+                uri = kernel_uri(inst)
                 if uri != e.winner.uri:
                     stale_(f"the winner's kernel is now {uri}, not {e.winner.uri} (template or instance changed)")
                     continue
@@ -254,7 +248,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                 if changed:
                     stale_("versions changed: " + ", ".join(changed))
                     continue
-                fresh.append((target, e))
+                fresh.append((target, e, inst))
         for ls in loaded:
             if target not in getattr(ls.spec, "search", {}) or target not in ls.spec.targets:
                 continue
@@ -280,13 +274,8 @@ def tuned_instances(root: Path, loaded: list[LoadedSpec], targets: list[Target] 
     any machine can compare decides freshness here (the tilelang version; codegen.lockfile.local_versions)."""
     from dataclasses import replace
 
-    by_name = {ls.spec.name: ls for ls in loaded}
     report = check_lockfiles(root, loaded, local_versions(), targets)
-    out = []
-    for target, e in report.fresh:
-        inst, _ = winner_instance(by_name[e.spec], target, e.winner.tunables)
-        out.append((replace(inst, shapes=(e.shape,)), e.device))
-    return out, report
+    return [(replace(inst, shapes=(e.shape,)), e.device) for _, e, inst in report.fresh], report
 
 
 def fam_shapes(ls: LoadedSpec) -> list[Shape]:

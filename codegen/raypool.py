@@ -49,10 +49,6 @@ def connect(address: str) -> None:
                            "start one with `ray start --head`") from None
 
 
-def cluster_resources() -> dict[str, float]:
-    return dict(_ray().cluster_resources())
-
-
 class RayPool:
     """Ray tasks with `num_cpus`/`num_gpus` each; `initializer(*initargs)` once per Ray worker process."""
 

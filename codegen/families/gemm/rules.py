@@ -149,7 +149,12 @@ def unroll_fits(c: GemmContext) -> Iterator[Violation]:
     if c.tuning.pipeline.stages >= 2:
         yield Violation(rule="unroll_pipeline", path=c.at("unroll"), value=u,
                         message="a pipelined K loop is scheduled by stages; unroll needs pipeline.stages <= 1")
-    bk = c.tuning.tiling.block_k
+    yield from unroll_divides(c)
+
+
+def unroll_divides(c: GemmContext) -> Iterator[Violation]:
+    """Rule unroll_divides: every k is whole rounds of unroll K steps of block_k."""
+    bk, u = c.tuning.tiling.block_k, c.tuning.unroll
     for i, s in enumerate(c.spec.shapes):
         if s.k % (bk * u):
             yield Violation(rule="unroll_divides", path=c.at("unroll"), value=u,
@@ -237,16 +242,9 @@ def gemv_shape(c: GemmContext) -> Iterator[Violation]:
 
 
 def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
-    """Rule unroll_divides for gemv: without a tail policy, K is whole rounds of unroll steps of block_k."""
-    if c.spec.tail != TailPolicy.NONE:
-        return
-    bk, u = c.tuning.tiling.block_k, c.tuning.unroll
-    if u == 1:
-        return  # tail_policy says it
-    for i, s in enumerate(c.spec.shapes):
-        if s.k % (bk * u):
-            yield Violation(rule="unroll_divides", path=c.at("unroll"), value=u,
-                            message=f"shapes[{i}].k={s.k} is not a multiple of block_k*unroll={bk * u}")
+    """unroll_divides for gemv, where a tail policy guards the K steps (and tail_policy covers unroll 1)."""
+    if c.spec.tail == TailPolicy.NONE and c.tuning.unroll > 1:
+        yield from unroll_divides(c)
 
 
 GEMM_RULES: tuple[GemmRule, ...] = (
