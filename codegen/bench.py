@@ -78,16 +78,20 @@ class BenchRow:
     bound: str = ""
     speedup: dict[str, float] = field(default_factory=dict)
     baseline_precision: str = ""  # what the baselines compute, where that is a choice (fp32 GEMM: allow_tf32)
+    seconds: float = 0.0  # wall time of the whole case: loading the kernel, inputs, every timing (torch.compile's too)
 
 
 def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps: float,
                baselines_for: frozenset[str] | None = None) -> BenchRow:
     """Time one kernel at one shape beside the baselines (all kernels, or only those in `baselines_for`:
     the tuner times torch once per shape, beside the hand configuration); runs inside a worker process."""
+    import time
+
     import torch
 
     from codegen.gpu import compile_kernel
 
+    t0 = time.perf_counter()
     inst = rendered.instance
     fam = family(inst).numerics
     kernel = compile_kernel(rendered, shape, run_target)
@@ -116,6 +120,7 @@ def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps
     ridge = peak * 1e12 / (copy_gbps * 1e9 if copy_gbps else hw.hbm_bandwidth_tbps * 1e12)
     row.bound = "compute" if row.flops / row.bytes >= ridge else "memory"
     row.speedup = {b: t.median_ms / row.kernel.median_ms for b, t in row.baselines.items()}
+    row.seconds = time.perf_counter() - t0
     return row
 
 

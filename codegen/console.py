@@ -181,7 +181,7 @@ class UI:
     def show_main_job(self, report: MainJobReport) -> int:
         """The steps table (each step's own report was shown as it ended: `show` is run_main_job's on_report)."""
         self.stop_progress()
-        full_width(self.out).print(rich_table("tilegen run", STEP_COLUMNS, report.steps))
+        full_width(self.out).print(rich_table(f"tilegen run ({report.seconds:.0f} s)", STEP_COLUMNS, report.steps))
         return 0 if report.ok else 1
 
     def show_list(self, files: list[RenderedFile], *, as_json: bool = False) -> None:

@@ -140,11 +140,26 @@ def _compile_task(task: tuple[RenderedFile, tuple, Target]) -> tuple[str, tuple,
     return _compile_job(*task)
 
 
-def precompile(jobs: list[tuple[RenderedFile, tuple]], run_target: Target, *, workers: int, progress=None) -> dict:
-    """Compile every (kernel, shape) into TileLang's disk cache in parallel; {(uri, shape): error}."""
+def precompile(jobs: list[tuple[RenderedFile, tuple]], run_target: Target, *, workers: int, progress=None,
+               on_result=None) -> dict:
+    """Compile every (kernel, shape) into TileLang's disk cache in parallel; {(uri, shape): error}.
+    As each ends: progress() and on_result(index into jobs, error or "")."""
     errors: dict[tuple[str, tuple], str] = {}
     if not jobs:
         return errors
+    tasks = [(r, tuple(s), run_target) for r, s in jobs]
+    with WorkerPool(min(workers, len(tasks)), initializer=_compile_worker_init,
+                    initargs=(tilelang_log_level(),)) as pool:
+        for i, outcome in pool.imap_unordered(_compile_task, tasks):
+            r, shape, _ = tasks[i]
+            error = outcome.value[3] if outcome.ok else outcome.error  # a dead worker fails its kernel only
+            if error:
+                errors[(r.uri, shape)] = error
+            if progress is not None:
+                progress()
+            if on_result is not None:
+                on_result(i, error)
+    return errors
     tasks = [(r, tuple(s), run_target) for r, s in jobs]
     with WorkerPool(min(workers, len(tasks)), initializer=_compile_worker_init,
                     initargs=(tilelang_log_level(),)) as pool:

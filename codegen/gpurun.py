@@ -4,6 +4,7 @@ contained worker, collect results that are valid JSON even when cases fail."""
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -17,6 +18,9 @@ from codegen.verify import CaseResult, verify_case
 from codegen.workers import end_processes
 
 DEFAULT_TIMEOUT_S = 300.0
+# verify's workers on each GPU: a case is mostly the checker's small torch launches and Python, so one
+# worker leaves the GPU idle most of the time; several share it. Only verify: bench times one case at a time.
+VERIFY_WORKERS_PER_GPU = 3
 
 
 def plan(files: list[RenderedFile], gpu: GpuInfo, *, derived: bool, native_only: bool):
@@ -39,34 +43,105 @@ def plan(files: list[RenderedFile], gpu: GpuInfo, *, derived: bool, native_only:
     return jobs, skipped
 
 
+class _CompileFeed:
+    """Compiles `work` into TileLang's cache in a background thread (codegen.gpu.precompile's process pool)
+    and hands out each item's index as soon as its compile ended, so the GPU workers run cases while the CPUs
+    still compile the rest. `errors` maps (uri, shape) to the compile error of the items that failed."""
+
+    def __init__(self, work, run_target, *, workers: int):
+        self.total = len(work)
+        self.compiled = 0  # read by the main thread for the progress bar
+        self.errors: dict[tuple[str, tuple], str] = {}
+        self._ready: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._compile, args=(work, run_target, workers), daemon=True,
+                                        name="compile")
+        self._thread.start()
+
+    def _compile(self, work, run_target, workers: int) -> None:
+        delivered: set[int] = set()
+
+        def one(i: int, error: str) -> None:
+            if self._stop.is_set():
+                raise _Stopped  # leaves precompile's pool by an exception: its workers are ended
+            if error:
+                f, s = work[i]
+                self.errors[(f.uri, tuple(s))] = error
+            self.compiled += 1
+            delivered.add(i)
+            self._ready.put(i)
+
+        try:
+            precompile(work, run_target, workers=workers, on_result=one)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - the items not compiled fail with it; the run goes on
+            for i, (f, s) in enumerate(work):
+                if i not in delivered:
+                    self.errors[(f.uri, tuple(s))] = f"compile stage failed: {type(exc).__name__}: {exc}"
+                    self.compiled += 1
+                    self._ready.put(i)
+        finally:
+            self._ready.put(None)
+
+    def next(self) -> int | None:
+        """The index of the next compiled item (blocking), None when every item was handed out."""
+        i = self._ready.get()
+        if i is None:
+            self._ready.put(None)  # for the other workers
+        return i
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def stop(self) -> None:
+        """Ends the compile stage (at its next finished compile) and wakes every worker waiting for an item."""
+        self._stop.set()
+        self._ready.put(None)
+        self._thread.join(timeout=5.0)
+
+
+class _Stopped(Exception):
+    pass
+
+
 def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, on_event: OnEvent,
-                    setup=None, ray: str | None = None):
-    """Compile every (file, shape) of `work` in parallel into TileLang's cache, then call
-    fn(file, shape, run_target, *extra) for each in a contained worker, where extra = setup(runner)
-    (run once, in the worker, before the cases; () without setup). Yields (file, shape, value, error):
-    exactly one of value and error is None. Progress: a "compile" stage, then a `label` stage."""
+                    setup=None, ray: str | None = None, workers_per_gpu: int = 1):
+    """Compile every (file, shape) of `work` in parallel into TileLang's cache and, as each compile ends, call
+    fn(file, shape, run_target, *extra) for it in a contained worker, where extra = setup(runner) (run once
+    in each worker before its cases; () without setup). One worker per GPU, or `workers_per_gpu` sharing each
+    GPU (verify: correctness only; never for timing). Yields (file, shape, value, error) in `work`'s order:
+    exactly one of value and error is None. Progress: a "compile" stage and a `label` stage, side by side."""
     total = len(work)
-    compiled = 0
-
-    def tick() -> None:
-        nonlocal compiled
-        compiled += 1
-        on_event(Event(stage="compile", kind="advance", done=compiled, total=total))
-
     on_event(Event(stage="compile", kind="start", done=0, total=total, label="compile"))
-    compile_errors = precompile(work, gpu.run_target, workers=jobs or os.cpu_count() or 1, progress=tick)
-    on_event(Event(stage=label, kind="start", done=0, total=total, label=label))
-    envs = [{gpu.visible_devices_env: d} for d in gpu.devices]
-    if ray is not None:
-        runs = _ray_runs(work, gpu, ray, compile_errors, fn=fn, timeout_s=timeout_s, setup=setup)
-    else:
-        runs = (_serial_runs if len(envs) == 1 else _parallel_runs)(work, gpu, envs, compile_errors, fn=fn,
-                                                                     timeout_s=timeout_s, setup=setup)
-    for n, (f, shape, value, error) in enumerate(runs, 1):
-        yield f, shape, value, error
-        on_event(Event(stage=label, kind="advance", done=n, total=total,
-                       label=f"{f.uri} {'x'.join(map(str, shape))}", status="error" if error else None,
-                       error=error))
+    feed = _CompileFeed(work, gpu.run_target, workers=jobs or os.cpu_count() or 1)
+    shown = 0
+
+    def compile_progress() -> None:  # called from this (the main) thread only: the console is not shared
+        nonlocal shown
+        if feed.compiled != shown:
+            shown = feed.compiled
+            on_event(Event(stage="compile", kind="advance", done=shown, total=total))
+
+    try:
+        on_event(Event(stage=label, kind="start", done=0, total=total, label=label))
+        if ray is not None:
+            feed.wait()  # a Ray node may not share this machine's cache: compile everything first
+            compile_progress()
+            runs = _ray_runs(work, gpu, ray, feed.errors, fn=fn, timeout_s=timeout_s, setup=setup)
+        else:
+            envs = [{gpu.visible_devices_env: d} for d in gpu.devices for _ in range(max(1, workers_per_gpu))]
+            runs = _parallel_runs(work, gpu, envs, feed, fn=fn, timeout_s=timeout_s, setup=setup,
+                                  tick=compile_progress)
+        for n, (f, shape, value, error) in enumerate(runs, 1):
+            compile_progress()
+            yield f, shape, value, error
+            on_event(Event(stage=label, kind="advance", done=n, total=total,
+                           label=f"{f.uri} {'x'.join(map(str, shape))}", status="error" if error else None,
+                           error=error))
+        compile_progress()
+    finally:
+        feed.stop()
 
 
 def _one_case(runner: ContainedRunner, f, shape, gpu: GpuInfo, compile_errors: dict, fn, extra: tuple):
@@ -77,14 +152,6 @@ def _one_case(runner: ContainedRunner, f, shape, gpu: GpuInfo, compile_errors: d
         if not ok:
             value, error = None, value
     return f, shape, value, error
-
-
-def _serial_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, setup):
-    """One GPU: every case in one contained worker, in order."""
-    with ContainedRunner(timeout_s, envs[0]) as runner:
-        extra = setup(runner) if setup else ()
-        for f, shape in work:
-            yield _one_case(runner, f, shape, gpu, compile_errors, fn, extra)
 
 
 RAY_GPUS_PER_CASE = 1.0  # a verify/bench case on a Ray cluster holds one GPU (tests on a CPU cluster set 0)
@@ -108,11 +175,11 @@ def _ray_runs(work, gpu: GpuInfo, address: str, compile_errors, *, fn, timeout_s
         yield done[i]
 
 
-def _parallel_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, setup):
-    """Several GPUs of one model: one contained worker pinned to each (its visible-devices variable), fed
-    from one queue by a thread each; results come back in `work`'s order, so reports do not depend on
-    which GPU ran which case. A Ctrl-C (in this, the main thread) ends every worker process."""
-    pending = iter(enumerate(work))
+def _parallel_runs(work, gpu: GpuInfo, envs, feed: _CompileFeed, *, fn, timeout_s, setup, tick=lambda: None):
+    """One contained worker per entry of `envs` (its visible-devices variable: one GPU each, or several
+    workers sharing one), each fed by a thread of its own with the items `feed` has compiled; results come back
+    in `work`'s order, so reports do not depend on which worker ran which case. A Ctrl-C (in this, the main
+    thread) ends every worker process. `tick` is called while waiting (the compile stage's progress)."""
     done: dict[int, tuple] = {}
     failure: list[BaseException] = []
     cond = threading.Condition()
@@ -123,12 +190,11 @@ def _parallel_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, s
         try:
             extra = setup(runner) if setup else ()
             while not stopping.is_set():
-                with cond:
-                    item = next(pending, None)
-                if item is None:
+                n = feed.next()
+                if n is None:
                     return
-                n, (f, shape) = item
-                result = _one_case(runner, f, shape, gpu, compile_errors, fn, extra)
+                f, shape = work[n]
+                result = _one_case(runner, f, shape, gpu, feed.errors, fn, extra)
                 with cond:
                     done[n] = result
                     cond.notify_all()
@@ -137,7 +203,8 @@ def _parallel_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, s
                 failure.append(exc)
                 cond.notify_all()
 
-    threads = [threading.Thread(target=serve, args=(r,), daemon=True, name=f"gpu-{e}") for r, e in zip(runners, envs)]
+    names = [f"worker-{i}-{next(iter(e.values()))}" for i, e in enumerate(envs)]
+    threads = [threading.Thread(target=serve, args=(r,), daemon=True, name=name) for r, name in zip(runners, names)]
     try:
         for t in threads:
             t.start()
@@ -145,12 +212,14 @@ def _parallel_runs(work, gpu: GpuInfo, envs, compile_errors, *, fn, timeout_s, s
             with cond:
                 while n not in done and not failure:
                     cond.wait(0.5)
+                    tick()
                 if n not in done:
                     raise failure[0]
                 result = done.pop(n)
             yield result
     except BaseException:
         stopping.set()
+        feed.stop()
         end_processes([r.process for r in runners if r.process is not None])
         raise
     finally:
@@ -190,14 +259,15 @@ class VerifyTally:
 
 
 def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-               ray: str | None = None, on_event: OnEvent = ignore) -> VerifyReport:
+               ray: str | None = None, workers_per_gpu: int = VERIFY_WORKERS_PER_GPU,
+               on_event: OnEvent = ignore) -> VerifyReport:
     work, skipped = plan(files, gpu, derived=True, native_only=False)
     report = VerifyReport(gpu=asdict(gpu))
     for f, reason in skipped:
         report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value, run_target=gpu.run_target.value,
                                               shape=f.instance.shapes[0], seed=-1, inputs="", status="skipped", error=reason)))
     runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, on_event=on_event,
-                           ray=ray)
+                           ray=ray, workers_per_gpu=workers_per_gpu)
     for f, shape, value, error in runs:
         if error is None:
             report.cases.extend(asdict(r) for r in value)

@@ -3,6 +3,7 @@ specs. It does every step this machine can do and says plainly what it skipped a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +20,13 @@ class Step:
     name: str
     status: str  # ok | failed | skipped
     detail: str
+    seconds: float = 0.0  # wall time of the step
 
 
 STEP_COLUMNS: tuple[Column, ...] = (
     Column(header="step", value=lambda s: s.name),
     Column(header="status", value=lambda s: s.status),
+    Column(header="time", value=lambda s: f"{s.seconds:.0f} s" if s.status != "skipped" else ""),
     Column(header="detail", value=lambda s: s.detail),
 )
 
@@ -36,6 +39,10 @@ class MainJobReport:
     @property
     def ok(self) -> bool:
         return not any(s.status == "failed" for s in self.steps)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s.seconds for s in self.steps)
 
 
 def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: int | None = None, on_event: OnEvent = ignore,
@@ -50,6 +57,12 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: 
 
     steps: list[Step] = []
     reports: list[object] = []
+    clock = [time.perf_counter()]
+
+    def took() -> float:  # seconds since the last step ended
+        now = time.perf_counter()
+        seconds, clock[0] = now - clock[0], now
+        return seconds
 
     def done(report: object) -> None:
         reports.append(report)
@@ -57,10 +70,10 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: 
 
     instances = project.instances()
     steps.append(Step(name="validate", status="ok", detail=f"{len({i.name for i in instances})} specs, "
-                                                           f"{len(instances)} kernel instances"))
+                                                           f"{len(instances)} kernel instances", seconds=took()))
     gen = project.generate()
     steps.append(Step(name="gen", status="ok", detail=f"{len(gen.written)} written, {len(gen.unchanged)} unchanged, "
-                                                      f"{len(gen.removed)} removed"))
+                                                      f"{len(gen.removed)} removed", seconds=took()))
 
     ready, missing = [], []
     for target in TARGETS:
@@ -73,7 +86,7 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: 
         built = build(project, BuildOptions(all_=True, targets=tuple(ready), jobs=jobs), on_event=on_event)
         done(built)
         detail = f"targets {', '.join(map(str, ready))}" + (f"; skipped {'; '.join(missing)}" if missing else "")
-        steps.append(Step(name="build", status="ok" if built.ok else "failed", detail=detail))
+        steps.append(Step(name="build", status="ok" if built.ok else "failed", detail=detail, seconds=took()))
     else:
         steps.append(Step(name="build", status="skipped", detail="; ".join(missing)))
 
@@ -88,9 +101,9 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: 
         try:
             report = fn(files, out_dir=report_dir, jobs=jobs, timeout_s=300.0, gpus=gpus, on_event=on_event)
         except TilegenError as exc:
-            steps.append(Step(name=name, status="failed", detail=str(exc)))
+            steps.append(Step(name=name, status="failed", detail=str(exc), seconds=took()))
             continue
         done(report)
         steps.append(Step(name=name, status="ok" if report.ok else "failed",
-                          detail=f"on {gpu.name}; reports in {report_dir}/"))
+                          detail=f"on {gpu.name}; reports in {report_dir}/", seconds=took()))
     return MainJobReport(steps=tuple(steps), reports=tuple(reports))

@@ -15,8 +15,10 @@ def verify_case(rendered, shape, run_target):
                        shape=tuple(shape), seed=0, inputs=f"pid {os.getpid()}", status="verified")]
 
 
-def no_precompile(work, run_target, *, workers, progress=None):
-    for _ in work:
+def no_precompile(work, run_target, *, workers, progress=None, on_result=None):
+    for i, _ in enumerate(work):
         if progress:
             progress()
+        if on_result:
+            on_result(i, "")
     return {}

@@ -37,11 +37,13 @@ def fake_copy(nbytes):
     return 1234.0
 
 
-def fake_precompile(work, run_target, *, workers, progress=None):
-    for _ in work:
+def fake_precompile(work, run_target, *, workers, progress=None, on_result=None):
+    bad = next(((f.uri, tuple(s)) for f, s in work if f.instance.name == "gemm_fp16_nt"), None)
+    for i, (f, s) in enumerate(work[::-1]):  # finishing in another order than asked: reports keep work's order
         if progress:
             progress()
-    bad = next(((f.uri, tuple(s)) for f, s in work if f.instance.name == "gemm_fp16_nt"), None)
+        if on_result:
+            on_result(len(work) - 1 - i, "CompileError: nvcc said no" if (f.uri, tuple(s)) == bad else "")
     return {bad: "CompileError: nvcc said no"}
 
 
@@ -103,3 +105,46 @@ def test_gpus_option_takes_the_first_devices():
     assert two.using(None) is two and two.using(1).devices == ("0",)
     with pytest.raises(ValueError, match="--gpus 3: this machine has 2 Fake H200"):
         two.using(3)
+
+
+def fake_verify_marking(rendered, shape, run_target):
+    open(os.environ["TILEGEN_TEST_MARKER"], "a").close()  # this case ran
+    return fake_verify_where(rendered, shape, run_target)
+
+
+def test_cases_run_while_the_rest_still_compiles(fakes, monkeypatch, tmp_path):
+    """The first compiled item runs before the compile stage ends: a compile stage that waits for a case
+    to have run would otherwise never finish (and the test times out)."""
+    import time
+
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("TILEGEN_TEST_MARKER", str(marker))
+    monkeypatch.setattr(gpurun, "verify_case", fake_verify_marking)
+    waited = []
+
+    def slow_precompile(work, run_target, *, workers, progress=None, on_result=None):
+        on_result(len(work) - 1, "")
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        waited.append(marker.exists())
+        for i in range(len(work) - 1):
+            on_result(i, "")
+        return {}
+
+    monkeypatch.setattr(gpurun, "precompile", slow_precompile)
+    files = [f for f in FILES if f.instance.name == "gemm_fp16_decode"]
+    report = gpurun.verify_all(files, replace(GPU, devices=("0",)), jobs=1, timeout_s=60, workers_per_gpu=1)
+    assert waited == [True]
+    planned = [tuple(s) for _, s in gpurun.plan(files, GPU, derived=True, native_only=False)[0]]
+    assert [tuple(c["shape"]) for c in report.cases if c["status"] == "verified"] == \
+        [s for s in planned if s[0] != 1]  # in the planned order, though the last item compiled first
+
+
+def test_workers_share_a_gpu_for_verify(fakes, monkeypatch):
+    monkeypatch.setattr(gpurun, "verify_case", fake_verify_where)
+    shared = gpurun.verify_all(FILES, replace(GPU, devices=("3", "5")), jobs=1, timeout_s=60, workers_per_gpu=2)
+    alone = gpurun.verify_all(FILES, replace(GPU, devices=("3",)), jobs=1, timeout_s=60, workers_per_gpu=1)
+    assert [(c["uri"], c["shape"], c["status"]) for c in shared.cases] == \
+        [(c["uri"], c["shape"], c["status"]) for c in alone.cases]
+    assert {c["inputs"] for c in shared.cases if c["status"] == "verified"} <= {"3", "5"}
