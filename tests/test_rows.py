@@ -245,9 +245,13 @@ def test_split_launches_two_kernels_of_the_grid_it_says(f):
     assert len(launches) == 2
 
 
-@pytest.mark.parametrize("name", ["softmax_fp16_long", "rmsnorm_fp16_long", "layernorm_bf16_long"])
-def test_split_output_verifies_and_every_control_is_rejected(name):
-    inst = FILES[(name, "sm_90")].instance
+@pytest.mark.parametrize(("name", "target"), [
+    ("softmax_fp16_long", "sm_90"), ("rmsnorm_fp16_long", "sm_90"), ("layernorm_bf16_long", "sm_90"),
+    # 608 workgroups over 4194304 columns, the last segment one chunk: vacuous on the H200 while the control
+    # dropped the last segment (7bdd0e0)
+    ("softmax_fp32_long", "gfx942")])
+def test_split_output_verifies_and_every_control_is_rejected(name, target):
+    inst = FILES[(name, target)].instance
     for shape in [inst.shapes[0], *derived_shapes(inst)]:
         status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind="wide")
         assert status == "verified", (shape, cmp, controls)

@@ -157,7 +157,7 @@ def norm_peel_skipped(inst, case: NormCase, r0: int):
 
 
 def norm_split_dropped(inst, case: NormCase, rows: int):
-    """Negative control of split: the combine leaves out each row's last non-empty segment's partial(s)
+    """Negative control of split: the combine leaves out each row's first segment's partial(s)
     (still dividing by cols); every column, that segment's too, is still normalised and written."""
     import torch
 

@@ -76,7 +76,7 @@ def softmax_peel_skipped(inst, case: RowCase, r0: int):
 
 
 def softmax_split_dropped(inst, case: RowCase, rows: int):
-    """Negative control of split: the combine leaves out each row's last non-empty segment's (max, sum)
+    """Negative control of split: the combine leaves out each row's first segment's (max, sum)
     partial; every column, that segment's too, is still normalised by the others' and written."""
     import torch
 
