@@ -93,15 +93,25 @@ def test_ieee_is_the_default_and_only_fp32_kernels_carry_a_precision():
 
 
 def test_the_tf32_tiles_count_in_lds():
-    tile = (128 * 32 + 32 * 128) * 4
     assert _inst("gemm_fp32_ieee").lds_bytes == 2 * (128 * 16 + 16 * 128) * 4  # two stages, nothing else
-    assert _inst("gemm_fp32_tf32").lds_bytes == 3 * tile  # two stages + the rounded tiles
-    assert _inst("gemm_fp32_3xtf32").lds_bytes == 4 * tile  # two stages + high parts + residuals
+    tile = (128 * 32 + 256 * 32) * 4  # one 128x256x32 A+B tile set of TF32 (fp32 storage)
+    assert _inst("gemm_fp32_tf32").lds_bytes == 4 * tile  # four stages of the staged TF32 tiles
+    assert _inst("gemm_fp32_3xtf32").lds_bytes == 2 * 2 * tile  # two stages of high parts and residuals
     text = edit(edit(SPEC, "precision: tf32", "precision: 3xtf32"), "[gfx942, sm_90]", "[sm_90]")
-    text = edit(text, "block_k: 16", "block_k: 64")  # 64 KiB x (2 stages + 2 TF32 tiles) > 227 KiB
+    text = edit(text, "block_k: 16", "block_k: 64")  # 64 KiB x 2 stages x 2 (hi, lo) > 227 KiB
     assert [e.split(": ", 2)[2] for e in errors(text)] == [(
-        "128x128x64 tiles x 2 stage(s) + 2 unstaged TF32 tile(s) need 262144 B (256 KiB) of shared memory, "
-        "over the 232448 B (227 KiB) per workgroup on sm_90 [lds_budget]")]
+        "128x128x64 tiles x 2 stage(s) x 2 (3xtf32: high parts and residuals) need 262144 B (256 KiB) of shared "
+        "memory, over the 232448 B (227 KiB) per workgroup on sm_90 [lds_budget]")]
+
+
+def test_tf32_modes_refuse_edge_kernels_and_unroll():
+    text = edit(edit(SPEC, "[gfx942, sm_90]", "[sm_90]"), "  targets:", "  tail: specialized\n  unroll: 2\n"
+                "  pipeline: {stages: 1}\n  targets:")
+    assert [e.split(": ", 1)[1] for e in errors(text)] == [
+        ("tail=specialized: tf32 pads both operands to whole blocks, so there are no edge kernels to specialize: "
+        "use predicated (ragged shapes) or none [precision_schedule]"),
+        ("unroll=2: tf32's K loop is TileLang's pipeline (pipeline.stages), not an explicit unroll: use unroll 1 "
+        "[precision_schedule]")]
 
 
 def test_kernel_names_say_the_precision():
@@ -122,12 +132,24 @@ def test_lowered_kernels_form_products_as_their_mode_says():
     assert "mma_sync" not in ieee and "wgmma" not in ieee  # CUDA-core products only
     tf32 = _lowered("gemm_fp32_tf32", Target.SM_90)
     x3 = _lowered("gemm_fp32_3xtf32", Target.SM_90)
-    for src in (tf32, x3):
-        assert "kTensorFloat32" in src
-        assert "(uint)4096) & (uint)4294959104" in src  # + 0x1000, & 0xFFFFE000: rounded before the MMA
-    assert x3.count("mma_sync<") == 3 * tf32.count("mma_sync<")  # three products per K step
+    for src, products, copies in ((tf32, 1, 2), (x3, 3, 4)):
+        # staging: rounded (+ 0x1000, & 0xFFFFE000) into K-major TF32 workspaces, zeros past the edges
+        assert "(uint)4096) & (uint)4294959104" in src and "tfloat32_t* __restrict__ A_hi" in src
+        main = src[src.rindex("_kernel_2("):]  # the main kernel's definition: TMA copies of TF32 tiles, wgmma
+        assert main.count("wgmma_ss<tl::DataType::kTensorFloat32") == products and "mma_sync" not in main
+        assert "4294959104" not in main  # no rounding left in the main loop
+        assert len({ln for ln in main.splitlines() if "tma_load" in ln}) >= copies
+    assert src.count("__global__") == 2 * 3  # declarations and definitions of the 3 kernels
     amd = _lowered("gemm_fp32_ieee", Target.GFX942)
     assert "__builtin_amdgcn_mfma_f32_16x16x4f32" in amd and "xf32" not in amd
+
+
+def test_xf32_workspaces_are_padded_to_whole_blocks_and_launched():
+    inst = _inst("gemm_fp32_3xtf32")
+    assert inst.xf32_workspaces() == ("A_hi", "B_hi", "A_lo", "B_lo")
+    assert inst.workspace_shapes((1000, 1500, 999)) == ((1024, 1024), (1536, 1024), (1024, 1024), (1536, 1024))
+    assert inst.launch_grids((1000, 1500, 999)) == ((32, 8, 1), (32, 6, 1), (6, 8, 1))
+    assert _inst("gemm_fp32_tf32").xf32_workspaces() == ("A_hi", "B_hi") and _inst("gemm_fp32_ieee").xf32_workspaces() == ()
 
 
 # ---- the tolerance models on the CPU -----------------------------------------------------------------

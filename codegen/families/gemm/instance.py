@@ -24,6 +24,7 @@ _POLICY = {
 VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per lane
 
 FP32_TEMPLATE = "gemm_fp32.py.j2"  # fp32-input GEMMs; gemm.py.j2 (every other dtype) is unchanged by them
+XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf32): staged K-major, then wgmma
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +107,14 @@ class GemmInstance(InstanceBase):
         if self.structure == Structure.GEMV.value:
             return {"lanes_k": self.block_k // self.vector, "predicated": self.tail != TailPolicy.NONE,
                     "target_literal": repr(dict(self.tilelang_target))}
+        if self.template == XF32_TEMPLATE:
+            names = self.xf32_workspaces()
+            x3 = "A_lo" in names
+            return {"a_shape": "(K, M)" if self.trans_a else "(M, K)", "b_shape": "(N, K)" if self.trans_b else "(K, N)",
+                    "target_literal": repr(dict(self.tilelang_target)), "policy": _POLICY[WarpPolicy(self.policy)],
+                    "workspaces": [{"name": w, "rows": "M, BLOCK_M" if w[0] == "A" else "N, BLOCK_N"} for w in names],
+                    "workspace_names": ", ".join(names), "lo_param": ", X_lo" if x3 else "",
+                    "a_lo_arg": ", A_lo" if x3 else "", "b_lo_arg": ", B_lo" if x3 else ""}
         a_shape = "(K, M)" if self.trans_a else "(M, K)"
         b_shape = "(N, K)" if self.trans_b else "(K, N)"
         a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
@@ -131,14 +140,32 @@ class GemmInstance(InstanceBase):
                         Precision.X3TF32.value: ", A_hi, B_hi, A_lo, B_lo"}.get(self.precision or "", ""),
         }
 
+    def xf32_workspaces(self) -> tuple[str, ...]:
+        """The K-major TF32 workspaces gemm_xf32.py.j2 takes between B and C (none for other templates)."""
+        if self.template != XF32_TEMPLATE:
+            return ()
+        return ("A_hi", "B_hi") + ("A_lo", "B_lo") * (self.precision == Precision.X3TF32.value)
+
+    def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, int], ...]:
+        """Each workspace's (rows, K) at one problem size: M or N and K, padded to whole blocks."""
+        m, n, k = shape
+        rows = {"A": -(-m // self.block_m) * self.block_m, "B": -(-n // self.block_n) * self.block_n}
+        k_pad = -(-k // self.block_k) * self.block_k
+        return tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
+
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """The template's `T.Kernel(...)` grids (T.use_swizzle only remaps block indices inside the grid):
         one (ceil(N/block_n), ceil(M/block_m)) kernel; `specialized`: the interior (N//block_n, M//block_m),
-        the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it."""
-        m, n, _ = shape
+        the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it;
+        gemm_xf32: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B (ceil(K/block_k), ceil(N/block_n)),
+        then the main kernel."""
+        m, n, k = shape
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
+        if self.template == XF32_TEMPLATE:
+            kt = -(-k // self.block_k)
+            return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
         if self.tail != TailPolicy.SPECIALIZED:
             return ((-(-n // bn), -(-m // bm), 1),)
         full_m, full_n = m // bm, n // bn
@@ -197,7 +224,8 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
-        template="gemv.py.j2" if gemv else FP32_TEMPLATE if fp32 else "gemm.py.j2",
+        template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
+                  else FP32_TEMPLATE if fp32 else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],

@@ -126,6 +126,7 @@ class GemmCase:
     trans_a: bool = False
     trans_b: bool = False
     tf32_control: bool = False  # the kernel's products are fp32-class where it runs: a TF32 result must fail
+    workspace: tuple = ()  # gemm_xf32: the TF32 staging workspaces the kernel takes between B and C (NaN-filled)
 
     @property
     def A32(self):
@@ -163,8 +164,10 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     a_q, b_q = a.to(a_dt), b.to(b_dt)  # rounded inputs: the reference sees exactly what the kernel sees
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
+    # NaN-filled: the staging kernels must write every element the main kernel reads
+    workspace = tuple(torch.full(s, float("nan"), device=device) for s in inst.workspace_shapes(shape))
     return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b,
-                    tf32_control=product_model(inst, run_target).fp32_class)
+                    tf32_control=product_model(inst, run_target).fp32_class, workspace=workspace)
 
 
 def reference(case: GemmCase):
@@ -354,7 +357,7 @@ NUMERICS = Numerics(
     controls=controls,
     derived_shapes=gemm_derived_shapes,
     out_shape=lambda inst, s: (s[0], s[1]),
-    launch=lambda kernel, case, out: kernel(case.A, case.B, out),
+    launch=lambda kernel, case, out: kernel(case.A, case.B, *case.workspace, out),
     baselines=lambda inst, case, out_dtype: gemm_baseline_fns(inst, case.A, case.B, out_dtype),
     baseline_precision=gemm_baseline_precision,
 )

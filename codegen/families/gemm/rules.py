@@ -25,20 +25,21 @@ def gemv_vector(spec: GemmSpec) -> int:
 
 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
-    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers, plus the
-    unstaged TF32 tiles of fp32 inputs -- tf32: the rounded A and B; 3xtf32: their high parts and residuals.
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers -- for tf32
+    and 3xtf32 (gemm_xf32.py.j2's main kernel) the staged TF32 tile sets: one (tf32) or two (3xtf32: high parts
+    and residuals) per buffer; its staging kernels hold one A or B tile, less.
     gemv: its lanes load straight into registers; only the cross-lane sum takes one fp32 a thread, on targets
     whose reductions go through LDS."""
     if tuning.structure == Structure.GEMV:
         return tuning.tiling.threads * 4 if target.reduce_workspace_in_lds else 0
     t = tuning.tiling
     per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
-    return per_stage * (max(1, tuning.pipeline.stages) + tf32_tiles(spec))
+    return per_stage * max(1, tuning.pipeline.stages) * tf32_tile_sets(spec)
 
 
-def tf32_tiles(spec: GemmSpec) -> int:
-    """Unstaged A+B tile sets an fp32 GEMM's precision mode adds: tf32 1 (rounded), 3xtf32 2 (hi, lo)."""
-    return {Precision.TF32: 1, Precision.X3TF32: 2}.get(spec.precision, 0) if spec.dtypes.a == DType.FP32 else 0
+def tf32_tile_sets(spec: GemmSpec) -> int:
+    """A+B tile sets per pipeline buffer: 2 for 3xtf32 (high parts and residuals), else 1."""
+    return 2 if spec.dtypes.a == DType.FP32 and spec.precision == Precision.X3TF32 else 1
 
 
 GemmRule = Callable[[GemmContext], Iterator[Violation]]
@@ -83,6 +84,22 @@ def precision_target(c: GemmContext) -> Iterator[Violation]:
                                 f"drop {c.hw.target} from targets or use {' / '.join(c.target.fp32_precisions)}")
 
 
+def precision_schedule(c: GemmContext) -> Iterator[Violation]:
+    """Rule precision_schedule: tf32 and 3xtf32 (gemm_xf32.py.j2) stage both operands into padded K-major
+    workspaces, so the main kernel only ever sees whole blocks: no specialized edge kernels, and its K loop is
+    TileLang's pipeline (no explicit unroll)."""
+    if c.spec.dtypes.a != DType.FP32 or c.spec.precision == Precision.IEEE:
+        return
+    if c.spec.tail == TailPolicy.SPECIALIZED:
+        yield Violation(rule="precision_schedule", path=("tail",), value=c.spec.tail.value,
+                        message=f"{c.spec.precision.value} pads both operands to whole blocks, so there are no edge "
+                                "kernels to specialize: use predicated (ragged shapes) or none")
+    if c.tuning.unroll > 1:
+        yield Violation(rule="precision_schedule", path=c.at("unroll"), value=c.tuning.unroll,
+                        message=f"{c.spec.precision.value}'s K loop is TileLang's pipeline (pipeline.stages), "
+                                "not an explicit unroll: use unroll 1")
+
+
 def wave_multiple(c: GemmContext) -> Iterator[Violation]:
     yield from threads_violations(c.tuning.tiling.threads, c.hw, c.at("tiling", "threads"))
 
@@ -120,7 +137,7 @@ def lds_budget(c: GemmContext) -> Iterator[Violation]:
         yield Violation(
             rule="lds_budget", path=c.at("tiling"), value=None,
             message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s)"
-                    + (f" + {tf32_tiles(c.spec)} unstaged TF32 tile(s)" if tf32_tiles(c.spec) else "") + " need "
+                    + (" x 2 (3xtf32: high parts and residuals)" if tf32_tile_sets(c.spec) == 2 else "") + " need "
                     f"{need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
                     f"per workgroup on {c.hw.target}",
         )
@@ -248,7 +265,8 @@ def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
 
 
 GEMM_RULES: tuple[GemmRule, ...] = (
-    dtype_supported, precision_dtype, precision_target, wave_multiple, mma_shape, lds_budget, tail_policy, unroll_fits,
+    dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
+    tail_policy, unroll_fits,
     k_pack_target, swizzle_panel, edge_offset_index_width,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
