@@ -6,6 +6,9 @@ layout reads 2 bytes a lane (ds_read_u16)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from spectext import FILE, REPO_ROOT, edit, errors
 
@@ -105,6 +108,17 @@ def test_the_default_renames_nothing_and_sm_90_stages_b_as_stored():
     assert files(NATURAL + "  overrides:\n    gfx942:\n      lds_layout: transposed_b\n")[Target.GFX942].uri == g.uri
 
 
+def test_committed_nn_seeds_use_it_on_the_amd_targets_only():
+    from codegen.pipeline import Project
+
+    for f in Project(root=REPO_ROOT).rendered():
+        inst = f.instance
+        if inst.op != "gemm" or inst.structure != "tiled" or inst.layout != "nn" or inst.precision is not None:
+            continue
+        assert inst.transposed_b == (inst.target != Target.SM_90), f.uri
+        assert ("_ldsbt_" in f.uri) == inst.transposed_b
+
+
 # ---- rendered and lowered code ------------------------------------------------------------------------
 
 def test_rendered_module_stages_b_as_n_by_k_and_reads_it_as_the_nt_kernel():
@@ -181,3 +195,20 @@ def test_gfx942_isa_reads_b_from_lds_as_wide_as_the_nt_kernel(tmp_path):
     assert nat.get("ds_read_u16", 0) > 0
     assert set(bt) == {"ds_read_b128"} and bt == nt
     assert sum(bt.values()) < sum(nat.values()) and bt_waves >= nat_waves
+
+
+def test_committed_reports_show_wide_lds_reads_for_every_transposed_b_kernel():
+    """reports/static/gfx942.json and gfx950.json (`tilegen build --all --write-report`): every transposed_b
+    kernel reads LDS in its main loop with 8- or 16-byte reads only, and spills nothing."""
+    seen = 0
+    for target in (Target.GFX942, Target.GFX950):
+        doc = json.loads((REPO_ROOT / "reports" / "static" / f"{target.value}.json").read_text())
+        for b in doc["builds"]:
+            if "_ldsbt_" not in b["uri"]:
+                continue
+            for k in b["kernels"]:
+                reads = k["isa"]["main_loop"]["lds_reads"]
+                assert reads and set(reads) <= {"ds_read_b128", "ds_read_b64", "ds_read2st64_b64", "ds_read2_b64"}, b["uri"]
+                assert k["vgpr_spills"] == 0 and k["sgpr_spills"] == 0, b["uri"]
+                seen += 1
+    assert seen >= 4  # the nn seeds: fp16 and bf16 on gfx942, bf16 on gfx950, the unrolled bf16 on gfx942
