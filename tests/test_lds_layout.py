@@ -212,3 +212,9 @@ def test_committed_reports_show_wide_lds_reads_for_every_transposed_b_kernel():
                 assert k["vgpr_spills"] == 0 and k["sgpr_spills"] == 0, b["uri"]
                 seen += 1
     assert seen >= 4  # the nn seeds: fp16 and bf16 on gfx942, bf16 on gfx950, the unrolled bf16 on gfx942
+
+
+def test_readme_names_the_tunable_and_its_rules():
+    readme = Path(REPO_ROOT / "README.md").read_text()
+    for word in ("`lds_layout`", "`lds_layout_target`", "`lds_layout_applies`", "`lds_layout_tile`"):
+        assert word in readme
