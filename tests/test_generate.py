@@ -52,6 +52,7 @@ VARIANTS = {
     "k_pack": [("k_pack: 1", "k_pack: 2")],
     "tail": [("tail: none", "tail: predicated")],
     "layout": [("layout: nt", "layout: nn")],
+    "lds_layout": [("layout: nt", "layout: nn"), ("k_pack: 1", "k_pack: 1\n  lds_layout: transposed_b")],
     "dtype": [("{a: fp16, b: fp16, out: fp16}", "{a: bf16, b: bf16, out: fp16}")],
     "out_dtype": [("out: fp16}", "out: fp32}")],
 }
@@ -149,11 +150,12 @@ def test_every_tunable_changes_the_uri():
     by_variant = {name: {i.target.value: i for i in instances_of(variant(edits))} for name, edits in VARIANTS.items()}
     gfx = {name: render(insts["gfx942"]).uri for name, insts in by_variant.items()}
     assert len(set(gfx.values())) == len(gfx), gfx
-    # on sm_90 k_pack does not exist (the instance has k_pack=None), so that one variant is the same kernel
+    # on sm_90 k_pack does not exist (the instance has k_pack=None), so that one variant is the same kernel;
+    # nor does lds_layout transposed_b (sm_90 stages B as stored): that variant is the nn layout's kernel
     sm = {name: render(insts["sm_90"]).uri for name, insts in by_variant.items()}
-    assert sm["k_pack"] == sm["base"]
+    assert sm["k_pack"] == sm["base"] and sm["lds_layout"] == sm["layout"]
     assert by_variant["k_pack"]["sm_90"] == by_variant["base"]["sm_90"]
-    del sm["k_pack"]
+    del sm["k_pack"], sm["lds_layout"]
     assert len(set(sm.values())) == len(sm), sm
     # and the target itself is part of the name
     assert gfx["base"] != render(by_variant["base"]["sm_90"]).uri

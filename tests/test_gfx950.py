@@ -120,7 +120,7 @@ FILES = {f.instance.name: f for f in PROJECT.rendered(targets=[Target.GFX950])}
 
 LOWER = [
     ("gemm_fp16_nt", (256, 256, 256), "__builtin_amdgcn_mfma_f32_16x16x32_f16"),  # k_pack 2: gfx950's K=32 MFMA
-    ("gemm_bf16_nn", (256, 256, 256), "__builtin_amdgcn_mfma_f32_16x16x16bf16_1k"),
+    ("gemm_bf16_nn", (256, 256, 256), "__builtin_amdgcn_mfma_f32_16x16x32_bf16"),  # k_pack 2, lds_layout transposed_b
     ("gemm_fp8_nt", (256, 256, 256), "__builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8"),
     ("attn_fp16_d128_causal", (1, 2, 2, 256, 256), "__builtin_amdgcn_mfma_f32_16x16x16f16"),
     ("softmax_fp16_online", (4, 4096), "__global__"),
@@ -169,7 +169,8 @@ def test_committed_report_is_gfx950_isa():
     doc = json.loads((ROOT / "reports" / "static" / "gfx950.json").read_text())
     assert doc["target"] == "gfx950" and doc["toolchain"]["compiler"].startswith("Debian clang version 22.")
     mfma = {m for b in doc["builds"] for m in b["summary"]["mfma"]}
-    assert {"v_mfma_f32_16x16x32_f16", "v_mfma_f32_16x16x32_fp8_fp8", "v_mfma_f32_16x16x16_bf16"} <= mfma
+    # one per input dtype; the bf16 seed (gemm_bf16_nn, k_pack 2) uses gfx950's K=32 bf16 MFMA
+    assert {"v_mfma_f32_16x16x32_f16", "v_mfma_f32_16x16x32_fp8_fp8", "v_mfma_f32_16x16x32_bf16"} <= mfma
 
 
 # ---- toolchain discovery --------------------------------------------------------------------------------

@@ -68,7 +68,8 @@ def loaded(text: str = BASE):
     ("stages: [1, 2]", "stages: [2, 2]",
      "specs/x.yaml:12:26: search.gfx942.pipeline.stages: value 2 is listed twice [duplicate_value]"),
     ("      pipeline: {stages: [1, 2]}\n", "      layout: [nn, nt]\n",
-     "specs/x.yaml:12:7: search.gfx942.layout: unknown key [unknown_key]"),
+     # layout is not a tunable (it changes the result); the nearest search key is offered
+     "specs/x.yaml:12:7: search.gfx942.layout: unknown key (did you mean 'lds_layout'?) [unknown_key]"),
     ("    gfx942:\n", "    gfx950:\n", "specs/x.yaml:10:5: search.gfx950: gfx950 is not in targets [search_target]"),
 ])
 def test_search_block_errors(old, new, expected):

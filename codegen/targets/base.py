@@ -158,6 +158,9 @@ class TargetSpec:
     # code generation: how a family's kernel differs on this target
     gemm_fn: str  # the template's tile matmul: "rocm_gemm" (tilelang.rocm.language.gemm) or "T.gemm"
     supports_k_pack: bool  # the gemm packs MMA ops along K (spec field k_pack)
+    # how a tiled GEMM may stage a K x N B tile in LDS/shared memory (spec field lds_layout): "natural" (as
+    # stored) everywhere; "transposed_b" (written N x K, read as the nt kernels read B) where its gemm gains by it
+    gemm_lds_layouts: tuple[str, ...]
     explicit_pipeline_schedule: bool  # T.Pipelined(num_stages) is a plain loop here: emit order/stage lists
     reduce_workspace_in_lds: bool  # T.reduce_max / T.reduce_sum take one fp32 per thread of LDS each
     source_suffix: str  # of the lowered device source (".hip", ".cu")

@@ -415,6 +415,7 @@ TARGET = TargetSpec(
     hw=HW,
     gemm_fn="T.gemm",
     supports_k_pack=False,
+    gemm_lds_layouts=("natural",),  # wgmma reads a K x N tile through its own (transposed) descriptor
     explicit_pipeline_schedule=False,  # TileLang schedules num_stages itself (TMA + mbarriers)
     reduce_workspace_in_lds=False,  # warp shuffles only
     source_suffix=".cu",

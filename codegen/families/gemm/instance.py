@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
-from codegen.families.gemm.rules import gemv_vector, lds_bytes
-from codegen.families.gemm.spec import GemmSpec, Precision, Structure, WarpPolicy
-from codegen.hardware import DType, Target
+from codegen.families.gemm.rules import gemv_vector, lds_bytes, transposed_b_rows
+from codegen.families.gemm.spec import GemmSpec, LdsLayout, Precision, Structure, WarpPolicy
+from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -25,6 +25,9 @@ VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per
 
 FP32_TEMPLATE = "gemm_fp32.py.j2"  # fp32-input GEMMs; gemm.py.j2 (every other dtype) is unchanged by them
 XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf32): staged K-major, then wgmma
+# lds_layout transposed_b: its own template, so that adding it renamed no kernel of gemm.py.j2 (whose text is
+# in every one of their hashes)
+TRANSPOSED_B_TEMPLATE = "gemm_transposed_b.py.j2"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,13 +37,13 @@ class GemmInstance(InstanceBase):
     # added after kernels were named: at these values (tiled; fp32 fields None for every other dtype) they
     # stay out of the configuration hash, so adding them renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
-                                                      "fp32_product": None}
+                                                      "fp32_product": None, "lds_layout": "natural"}
 
     # identity
     name: str
     target: Target
     op: str = "gemm"
-    template: str = "gemm.py.j2"  # gemv.py.j2 for structure gemv
+    template: str = "gemm.py.j2"  # gemv.py.j2 for structure gemv, TRANSPOSED_B_TEMPLATE for lds_layout transposed_b
     # provenance (not part of the identity hash)
     spec_file: str = field(compare=False)
     # problem
@@ -78,6 +81,13 @@ class GemmInstance(InstanceBase):
     # or "fma" (CUDA-core FMA: ieee where the target's MMA would round fp32 inputs, i.e. sm_90)
     precision: str | None = None
     fp32_product: str | None = None
+    # LdsLayout: how B's K x N tile is staged in LDS ("natural" on targets without transposed_b, and for
+    # layouts whose B is stored N x K)
+    lds_layout: str = LdsLayout.NATURAL.value
+
+    @property
+    def transposed_b(self) -> bool:
+        return self.lds_layout == LdsLayout.TRANSPOSED_B.value
 
     def uses_matrix_cores(self) -> bool:
         """The tiled structure does, but for true fp32 on a target whose MMA rounds fp32 (CUDA-core FMA);
@@ -98,6 +108,7 @@ class GemmInstance(InstanceBase):
                  f"t{self.threads}", f"s{self.stages}"]
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
+        parts += ["ldsbt"] * self.transposed_b
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
         parts += [self.precision] * (self.precision is not None)
         return "_".join(parts) + tail_tag(self.tail)
@@ -118,17 +129,24 @@ class GemmInstance(InstanceBase):
         a_shape = "(K, M)" if self.trans_a else "(M, K)"
         b_shape = "(N, K)" if self.trans_b else "(K, N)"
         a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
-        b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b else "(BLOCK_K, BLOCK_N)"
+        # transposed_b: B is stored K x N but its LDS tile is N x K, as an nt kernel's
+        b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b or self.transposed_b else "(BLOCK_K, BLOCK_N)"
         a_origin = "k * BLOCK_K, row0" if self.trans_a else "row0, k * BLOCK_K"
         b_origin = "col0, k * BLOCK_K" if self.trans_b else "k * BLOCK_K, col0"
         loop = pipelined_loop("k_tiles", self.stages, self.pipeline_order, self.pipeline_stage)
-        gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b}", f"policy={_POLICY[WarpPolicy(self.policy)]}"]
+        gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}",
+                     f"policy={_POLICY[WarpPolicy(self.policy)]}"]
         # one element of each staged tile for the CUDA-core product (fp32_product "fma"): A_s[i, kk] / B_s[kk, j]
         a_elem = "A_s[kk, i]" if self.trans_a else "A_s[i, kk]"
         b_elem = "B_s[j, kk]" if self.trans_b else "B_s[kk, j]"
         if self.k_pack is not None and self.k_pack > 1:
             gemm_args.append(f"k_pack={self.k_pack}")
-        return {
+        # transposed_b: elements of one 16-byte load of a row of B, and the consecutive rows (K) of the tile each
+        # thread loads -- and writes into LDS as one run along K
+        b_vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[1])]
+        staging = ({"b_vec": b_vec, "b_rows": transposed_b_rows(self.block_k, self.block_n, self.threads, b_vec)}
+                   if self.transposed_b else {})
+        return staging | {
             "a_shape": a_shape, "b_shape": b_shape, "a_tile": a_tile, "b_tile": b_tile,
             "a_origin": a_origin, "b_origin": b_origin, "k_loop": loop,
             "gemm_fn": TARGETS[self.target].gemm_fn,
@@ -184,6 +202,7 @@ class GemmInstance(InstanceBase):
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
             **({"structure": self.structure} if self.structure != Structure.TILED.value else {}),
+            **({"lds_layout": self.lds_layout} if self.transposed_b else {}),
             "shapes": [list(s) for s in self.shapes],
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                        "threads": self.threads, "policy": self.policy},
@@ -198,7 +217,8 @@ class GemmInstance(InstanceBase):
 
     def summary(self) -> dict[str, str]:
         """The columns of `tilegen list`."""
-        return {"dtypes": "/".join(self.spec_dtypes[:3]), "layout": self.layout,
+        return {"dtypes": "/".join(self.spec_dtypes[:3]),
+                "layout": self.layout + (f" ({self.lds_layout})" if self.transposed_b else ""),
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
                 "schedule": f"stages {self.stages}" + (f", {self.precision}" if self.precision else ""),
                 "tail": self.tail.value}
@@ -216,16 +236,22 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     # gemv has no LDS pipeline, MMA warp split, rasterisation or MFMA packing: those tunables do not apply
     # and are normalised, so that points differing only in them are one kernel
     stages = 0 if gemv else tuning.pipeline.stages
-    order, stage = (None, None) if gemv else explicit_schedule(target, stages, 2, 1)  # copy A, copy B, gemm
     d = spec.dtypes
     fp32 = d.a == DType.FP32
+    # B as stored on a target without transposed_b (rule lds_layout_target refuses asking it of such a target
+    # alone), and where it does not apply: gemv, fp32, a B stored N x K (rule lds_layout_applies refuses those)
+    transposed = (tuning.lds_layout == LdsLayout.TRANSPOSED_B and tuning.lds_layout.value in target.gemm_lds_layouts
+                  and not (gemv or fp32 or spec.layout.trans_b))
+    lds_layout = LdsLayout.TRANSPOSED_B if transposed else LdsLayout.NATURAL
+    # the K loop's statements: copy A, copy B (transposed_b: load, permute, write), gemm
+    order, stage = (None, None) if gemv else explicit_schedule(target, stages, 4 if transposed else 2, 1)
     # ieee needs true fp32 products: the target's MMA if it takes fp32 exactly (AMD), else CUDA-core FMA
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
         template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
-                  else FP32_TEMPLATE if fp32 else "gemm.py.j2"),
+                  else FP32_TEMPLATE if fp32 else TRANSPOSED_B_TEMPLATE if transposed else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
@@ -240,5 +266,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         tail=spec.tail, allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=lds_bytes(spec, tuning, target),
         tilelang_target=tilelang_target(target),
-        precision=spec.precision.value if fp32 else None, fp32_product=product,
+        precision=spec.precision.value if fp32 else None, fp32_product=product, lds_layout=lds_layout.value,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout, Precision, Structure
+from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout, LdsLayout, Precision, Structure
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
@@ -22,6 +22,17 @@ VECTOR_BYTES = 16  # one global load per lane
 def gemv_vector(spec: GemmSpec) -> int:
     """Elements of one 16-byte load of B (and A) in the gemv structure."""
     return VECTOR_BYTES // DTYPE_BYTES[spec.dtypes.a]
+
+
+def transposed_b_rows(block_k: int, block_n: int, threads: int, vector: int) -> int | None:
+    """lds_layout transposed_b: the consecutive rows (K) of B's block_k x block_n tile each thread loads,
+    `vector` elements (16 bytes) of each, so that the threads cover the tile once -- (block_k / rows) threads
+    along K, fastest, times (block_n / vector) along N. None where the tile cannot be split so (rule
+    lds_layout_tile)."""
+    per_thread, rest = divmod(block_k * block_n, threads * vector)
+    if rest or block_n % vector or block_k % per_thread:  # rest: fewer elements than threads x vector too
+        return None
+    return per_thread
 
 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
@@ -197,6 +208,70 @@ def _k_pack_targets() -> list[str]:
     return [t.value for t, spec in TARGETS.items() if spec.supports_k_pack]
 
 
+def _lds_layout_targets(layout: LdsLayout) -> list[str]:
+    return [t.value for t, spec in TARGETS.items() if layout.value in spec.gemm_lds_layouts]
+
+
+def lds_layout_target(c: GemmContext) -> Iterator[Violation]:
+    """Rule lds_layout_target: transposed_b exists only where the target's template was built for it
+    (TargetSpec.gemm_lds_layouts: gfx942, gfx950). As k_pack: a top-level value is used by the targets that
+    take it; asking it of another target's override, or of no target that takes it, is an error."""
+    override = c.spec.overrides.get(c.hw.target)
+    if override is not None and override.lds_layout is not None and override.lds_layout.value not in c.target.gemm_lds_layouts:
+        yield Violation(rule="lds_layout_target", path=("overrides", c.hw.target.value, "lds_layout"),
+                        value=override.lds_layout.value,
+                        message=f"{override.lds_layout.value} is only for "
+                                f"{', '.join(_lds_layout_targets(override.lds_layout))}, not {c.hw.target}")
+    # every target finds a top-level value no target takes alike; build_instances reports identical lines once
+    top = c.spec.lds_layout
+    if top != LdsLayout.NATURAL and not any(top.value in TARGETS[t].gemm_lds_layouts
+                                             and c.spec.tuning_for(t)[1]["lds_layout"] == ("lds_layout",)
+                                             for t in c.spec.targets):
+        yield Violation(rule="lds_layout_target", path=("lds_layout",), value=top.value,
+                        message=f"{top.value} is only for {', '.join(_lds_layout_targets(top))}, "
+                                "and no such target here uses this value")
+
+
+def _transposed_b_asked(c: GemmContext) -> bool:
+    """transposed_b asked of a target that takes it (another stages B as stored: rule lds_layout_target)."""
+    return c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and c.tuning.lds_layout.value in c.target.gemm_lds_layouts
+
+
+def _transposed_b_misfit(c: GemmContext) -> str | None:
+    if c.tuning.structure == Structure.GEMV:
+        return "structure gemv stages no B tile in LDS"
+    if c.spec.layout.trans_b:
+        return f"layout {c.spec.layout.value} stores B as N x K, K contiguous already: use natural"
+    if c.spec.dtypes.b == DType.FP32:
+        return "fp32 GEMMs stage B as stored (gemm_fp32.py.j2): use natural"
+    return None
+
+
+def lds_layout_applies(c: GemmContext) -> Iterator[Violation]:
+    """Rule lds_layout_applies: transposed_b rewrites how a K x N B tile (layouts nn, tn) of fp16/bf16 goes
+    into LDS for the matrix cores. It means nothing for a B stored N x K (nt, tt: already K-contiguous), for
+    fp32 inputs (gemm_fp32.py.j2 stages B as stored) or for the gemv structure (no LDS tile)."""
+    why = _transposed_b_misfit(c) if _transposed_b_asked(c) else None
+    if why:
+        yield Violation(rule="lds_layout_applies", path=c.at("lds_layout"), value=c.tuning.lds_layout.value,
+                        message=why)
+
+
+def lds_layout_tile(c: GemmContext) -> Iterator[Violation]:
+    """Rule lds_layout_tile: transposed_b splits the block_k x block_n tile of B into whole 16-byte runs of
+    its rows, the same number of consecutive rows for every thread (transposed_b_rows)."""
+    if not _transposed_b_asked(c) or _transposed_b_misfit(c):
+        return
+    t = c.tuning.tiling
+    vec = VECTOR_BYTES // DTYPE_BYTES[c.spec.dtypes.b]
+    if transposed_b_rows(t.block_k, t.block_n, t.threads, vec) is None:
+        yield Violation(rule="lds_layout_tile", path=c.at("lds_layout"), value=c.tuning.lds_layout.value,
+                        message=f"the {t.block_k}x{t.block_n} tile of B (block_k x block_n) does not split into "
+                                f"{t.threads} threads x whole rows of {vec} elements ({VECTOR_BYTES} bytes): "
+                                f"block_k * block_n must be a multiple of threads * {vec}, and block_k of the rows "
+                                "per thread")
+
+
 def swizzle_panel(c: GemmContext) -> Iterator[Violation]:
     p = c.tuning.swizzle_panel
     if p not in (0, 1) and p & (p - 1):
@@ -266,13 +341,13 @@ def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
 
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
-    tail_policy, unroll_fits,
-    k_pack_target, swizzle_panel, edge_offset_index_width,
+    tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
+    lds_layout_applies, lds_layout_tile,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
-                                     gemv_unroll, k_pack_target)
+                                     gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

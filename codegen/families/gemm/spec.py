@@ -71,6 +71,18 @@ class Precision(StrEnum):
     X3TF32 = "3xtf32"
 
 
+class LdsLayout(StrEnum):
+    """How a tiled GEMM stages B (stored K x N, N contiguous: layouts nn and tn) in LDS on the AMD targets.
+    natural: as stored, a K x N tile; the MFMA operand wants consecutive K of one column, so each lane reads
+    B from LDS 2 bytes at a time (ds_read_u16). transposed_b: each thread loads B_ROWS whole rows of the tile
+    with 16-byte global loads, permutes its registers and writes the tile into LDS as N x K (K contiguous,
+    B_ROWS elements a write), then the gemm reads it as the nt kernels do (transpose_B): ds_read_b64 with
+    k_pack 1, ds_read_b128 with k_pack 2. The same products in the same order: numerics unchanged."""
+
+    NATURAL = "natural"
+    TRANSPOSED_B = "transposed_b"
+
+
 class GemmDTypes(Model):
     a: DType
     b: DType
@@ -101,6 +113,7 @@ class GemmTuning(Model):
     swizzle_panel: NonNegativeInt = 0
     k_pack: Literal[1, 2] = 1
     structure: Structure = Structure.TILED
+    lds_layout: LdsLayout = LdsLayout.NATURAL
 
 
 class GemmOverride(Model):
@@ -110,6 +123,7 @@ class GemmOverride(Model):
     unroll: PositiveInt | None = None
     swizzle_panel: NonNegativeInt | None = None
     k_pack: Literal[1, 2] | None = None
+    lds_layout: LdsLayout | None = None
 
 
 class GemmSpec(Model):
@@ -124,6 +138,7 @@ class GemmSpec(Model):
     swizzle_panel: NonNegativeInt = 0
     k_pack: Literal[1, 2] = 1
     structure: Structure = Structure.TILED
+    lds_layout: LdsLayout = LdsLayout.NATURAL  # B's LDS tile on gfx942/gfx950 (rules lds_layout_*)
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
@@ -140,7 +155,7 @@ class GemmSpec(Model):
 
 
 GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
-                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure")
+                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 
@@ -165,6 +180,7 @@ STARTER = """\
   unroll: 1                 # K-loop unroll factor (only with stages <= 1)
   swizzle_panel: 0          # 0 = off; else a power of two: block rasterization panel for L2 reuse
   k_pack: 1                 # gfx942 only: 1 or 2 MFMA ops packed along K
+  # lds_layout: natural     # gfx942/gfx950, layouts nn/tn: natural | transposed_b (B written into LDS as N x K)
   structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   tail: none                # none | predicated | specialized
