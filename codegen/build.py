@@ -55,7 +55,7 @@ from codegen.workers import WorkerPool, deferred_termination, load_tilelang, til
 # commands and TileLang's version are in the key already.
 RECIPE = 1
 REPORT_DIR = Path("reports") / "static"
-Shape = tuple[int, ...]
+Shape = tuple[int | str, ...]  # a compile shape: a size the kernel takes symbolically is its name ('m')
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +186,8 @@ def plan(files: list[RenderedFile], toolchains: dict[Target, Toolchain], cache: 
     jobs = []
     for f in files:
         inst = f.instance
-        for shape in inst.shapes[:1] if first_shape else inst.shapes:
+        shapes = inst.compile_shapes()  # a dynamic-M kernel: one build for every M, at ('m', n, k)
+        for shape in shapes[:1] if first_shape else shapes:
             material = {
                 # the URI hashes the instance and the template; the text's hash also covers render logic
                 "uri": f.uri, "source_sha256": hashlib.sha256(f.text.encode()).hexdigest(),
@@ -239,6 +240,14 @@ def _captured(log: Path) -> Iterator[None]:
             os.close(saved[1])
 
 
+def _extent(value) -> int | str:
+    """A launch extent: its value, or the text of its expression where it depends on a symbolic size."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _lower_recording_launches(rendered: RenderedFile, shape: Shape) -> tuple[str, list[dict[str, object]]]:
     """codegen.lower.lower, plus each kernel's launch attributes (threads, grid, dynamic shared
     memory) as TileLang's device codegen sees them, through TileLang's instrumentation hook."""
@@ -254,7 +263,8 @@ def _lower_recording_launches(rendered: RenderedFile, shape: Shape) -> tuple[str
                 attrs = func.attrs
                 if attrs is None or "thread_extent" not in attrs:
                     continue
-                extent = {str(k): int(v) for k, v in attrs["thread_extent"].items()}
+                # a symbolic extent (a dynamic-M kernel's row blocks) is kept as TileLang's expression text
+                extent = {str(k): _extent(v) for k, v in attrs["thread_extent"].items()}
                 symbol = str(attrs["global_symbol"]) if "global_symbol" in attrs else gvar.name_hint
                 threads = 1
                 for axis in "xyz":
@@ -461,14 +471,21 @@ def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
     return tuple(written)
 
 
-_SCALAR_LIST_RE = re.compile(r"\[\n\s*(-?\d+(?:,\n\s*-?\d+)*)\n\s*\]")
+_SCALAR = r'(?:-?\d+|"[^"\\\n]*")'  # an integer, or a string without escapes (a symbolic size or extent)
+_SCALAR_LIST_RE = re.compile(rf"\[\n\s*({_SCALAR}(?:,\n\s*{_SCALAR})*)\n\s*\]")
+
+
+def _one_line(m: re.Match) -> str:
+    items = [x.strip() for x in m.group(1).split(",\n")]
+    return "[" + ", ".join(items) + "]" if any(not x.startswith('"') for x in items) else m.group(0)
 
 
 def dump_json(doc: object) -> str:
     """Indented JSON, one value per line (a review diff shows each number that changed), with
-    short lists of integers (shapes, grids) kept on one line."""
+    short lists of integers (shapes, grids; a dynamic-M kernel's `"m"` or grid expression among them) kept
+    on one line; lists of strings alone (warnings) stay one a line."""
     text = json.dumps(doc, indent=2)
-    return _SCALAR_LIST_RE.sub(lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text) + "\n"
+    return _SCALAR_LIST_RE.sub(_one_line, text) + "\n"
 
 
 def _resource_cell(i: int) -> Callable[[BuildResult], str]:

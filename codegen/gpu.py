@@ -110,17 +110,19 @@ def unsupported_on(rendered: RenderedFile, run_target: Target) -> str | None:
 
 
 # ---------------------------------------------------------------- compilation (parallel, cached)
-def compile_kernel(rendered: RenderedFile, shape: tuple[int, ...], run_target: Target):
-    """Compile (or load from TileLang's cache) one kernel for the GPU present."""
+def compile_kernel(rendered: RenderedFile, shape: tuple[int | str, ...], run_target: Target):
+    """Compile (or load from TileLang's cache) one kernel for the GPU present, at the compile shape of `shape`
+    (InstanceBase.compile_shape): a dynamic-M kernel is one compile -- one TileLang cache entry, its prim_func
+    the same whatever M -- that launches at any M of its range."""
     tilelang = load_tilelang()
     from tvm.target import Target as TvmTarget
 
-    from codegen.lower import load_module
+    from codegen.lower import load_module, prim_func
 
     module = load_module(rendered)
     tl_target = dict(HARDWARE[run_target].tilelang_target)
     with TvmTarget(tl_target):
-        return tilelang.compile(module.make_kernel(*shape), target=tl_target)
+        return tilelang.compile(prim_func(module, rendered.instance.compile_shape(shape)), target=tl_target)
 
 
 def _compile_job(rendered: RenderedFile, shape, run_target: Target) -> tuple[str, tuple, float, str]:
@@ -140,36 +142,37 @@ def _compile_task(task: tuple[RenderedFile, tuple, Target]) -> tuple[str, tuple,
     return _compile_job(*task)
 
 
+def compile_tasks(jobs: list[tuple[RenderedFile, tuple]]) -> dict[tuple[str, tuple], list[int]]:
+    """The jobs grouped by what one compilation serves, (uri, compile shape) -> the indices of its jobs in
+    order: one group per job, except that a dynamic-M kernel's shapes share one compile."""
+    groups: dict[tuple[str, tuple], list[int]] = {}
+    for i, (r, s) in enumerate(jobs):
+        groups.setdefault((r.uri, r.instance.compile_shape(s)), []).append(i)
+    return groups
+
+
 def precompile(jobs: list[tuple[RenderedFile, tuple]], run_target: Target, *, workers: int, progress=None,
                on_result=None) -> dict:
-    """Compile every (kernel, shape) into TileLang's disk cache in parallel; {(uri, shape): error}.
-    As each ends: progress() and on_result(index into jobs, error or "")."""
+    """Compile every (kernel, shape) into TileLang's disk cache in parallel, once per compile shape (a dynamic-M
+    kernel once for all its M); {(uri, shape): error} for every job of a failed compile. As each compile
+    ends, for each of its jobs: progress() and on_result(index into jobs, error or "")."""
     errors: dict[tuple[str, tuple], str] = {}
     if not jobs:
         return errors
-    tasks = [(r, tuple(s), run_target) for r, s in jobs]
+    groups = list(compile_tasks(jobs).values())
+    tasks = [(jobs[group[0]][0], tuple(jobs[group[0]][1]), run_target) for group in groups]
     with WorkerPool(min(workers, len(tasks)), initializer=_compile_worker_init,
                     initargs=(tilelang_log_level(),)) as pool:
-        for i, outcome in pool.imap_unordered(_compile_task, tasks):
-            r, shape, _ = tasks[i]
+        for g, outcome in pool.imap_unordered(_compile_task, tasks):
             error = outcome.value[3] if outcome.ok else outcome.error  # a dead worker fails its kernel only
-            if error:
-                errors[(r.uri, shape)] = error
-            if progress is not None:
-                progress()
-            if on_result is not None:
-                on_result(i, error)
-    return errors
-    tasks = [(r, tuple(s), run_target) for r, s in jobs]
-    with WorkerPool(min(workers, len(tasks)), initializer=_compile_worker_init,
-                    initargs=(tilelang_log_level(),)) as pool:
-        for i, outcome in pool.imap_unordered(_compile_task, tasks):
-            r, shape, _ = tasks[i]
-            error = outcome.value[3] if outcome.ok else outcome.error  # a dead worker fails its kernel only
-            if error:
-                errors[(r.uri, shape)] = error
-            if progress is not None:
-                progress()
+            for i in groups[g]:
+                r, shape = jobs[i]
+                if error:
+                    errors[(r.uri, tuple(shape))] = error
+                if progress is not None:
+                    progress()
+                if on_result is not None:
+                    on_result(i, error)
     return errors
 
 

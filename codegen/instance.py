@@ -23,11 +23,12 @@ def make_instance(loaded: LoadedSpec, target: Target) -> KernelInstance:
 
 
 def grid_limit(inst: KernelInstance) -> list[Violation]:
-    """Rule grid_limit over every shape of one instance: its launch grids (the family's
-    `launch_grids`) within its target's limits (codegen.rules.grid_violations)."""
+    """Rule grid_limit over every shape one instance launches at (`limit_shapes`: its shapes, and the largest M
+    of a dynamic-M GEMM): its launch grids (the family's `launch_grids`) within its target's limits
+    (codegen.rules.grid_violations)."""
     hw = TARGETS[inst.target].hw
-    return [v for i, shape in enumerate(inst.shapes)
-            for v in grid_violations(inst.launch_grids(shape), inst.threads, hw, ("shapes", i))]
+    return [v for path, shape in inst.limit_shapes()
+            for v in grid_violations(inst.launch_grids(shape), inst.threads, hw, path)]
 
 
 def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = None) -> list[KernelInstance]:

@@ -45,15 +45,25 @@ def load_module(rendered: RenderedFile) -> types.ModuleType:
     return module
 
 
-def lower(rendered: RenderedFile, shape: tuple[int, ...], target: Target) -> LoweredKernel:
-    """Lower one generated kernel at one problem size for `target`."""
+def prim_func(module: types.ModuleType, shape: tuple[int | str, ...]):
+    """A generated module's prim_func at one compile shape (InstanceBase.compile_shape): make_kernel(*sizes);
+    where a size is symbolic (given by its name, a dynamic-M GEMM's 'm'), make_dynamic_kernel(*shape)."""
+    if any(isinstance(d, str) for d in shape):
+        return module.make_dynamic_kernel(*shape)
+    return module.make_kernel(*shape)
+
+
+def lower(rendered: RenderedFile, shape: tuple[int | str, ...], target: Target) -> LoweredKernel:
+    """Lower one generated kernel at one problem size for `target` (at its compile shape: a dynamic-M kernel
+    is lowered once for every M)."""
     import tilelang
     from tvm.target import Target as TvmTarget
 
     module = load_module(rendered)
     tl_target = dict(HARDWARE[target].tilelang_target)
+    shape = rendered.instance.compile_shape(shape)
     try:
-        func = module.make_kernel(*shape)
+        func = prim_func(module, shape)
         with TvmTarget(tl_target):
             artifact = tilelang.lower(func, target=tl_target)
     except Exception as exc:  # TileLang raises many types; report them as one line per kernel

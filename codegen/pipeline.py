@@ -112,6 +112,6 @@ class Project:
     def lower(self, files: list[RenderedFile], *, all_shapes: bool = True) -> list[LoweredKernel]:
         out = []
         for f in files:
-            shapes = f.instance.shapes if all_shapes else f.instance.shapes[:1]
-            out.extend(lower(f, s, f.instance.target) for s in shapes)
+            shapes = f.instance.compile_shapes()  # a dynamic-M kernel: lowered once, at ('m', n, k)
+            out.extend(lower(f, s, f.instance.target) for s in (shapes if all_shapes else shapes[:1]))
         return out

@@ -31,3 +31,60 @@ def test_row_sweep_variants_are_legal_or_listed_with_their_rule():
                                               ("layernorm", "registers"))
                      for t in ("predicated", "specialized")}
     assert all(f.instance.unroll == 1 for f in files if f.instance.variant in ("online", "registers"))
+
+
+def test_dynamic_m_benchmark_pairs_the_dynamic_kernel_with_its_static_twin():
+    from codegen.hardware import Target
+    from codegen.pipeline import Project
+
+    b = _load("gemm_dynamic_m")
+    dynamic, static = b.kernels(Project(), b.SPEC, Target.SM_90, b.MS)
+    assert dynamic.instance.dynamic_m == (1, 8192) and static.instance.dynamic_m is None
+    assert dynamic.uri.startswith("gemm_fp16_nt_128x256x64_t256_s4_sw8_dynm_predicated_sm90_")
+    assert static.uri.startswith("gemm_fp16_nt_128x256x64_t256_s4_sw8_predicated_sm90_")
+    assert dynamic.instance.shapes == static.instance.shapes == tuple((m, 4096, 4096) for m in b.MS)
+    assert len(dynamic.instance.compile_shapes()) == 1 and len(static.instance.compile_shapes()) == len(b.MS)
+    # the dynamic kernel is the committed one (the spec's own), its twin differs only in dynamic_m
+    assert dynamic.uri in {f.uri for f in Project().rendered()}
+    assert (dynamic.instance.block_m, dynamic.instance.stages, dynamic.instance.tail) == (
+        static.instance.block_m, static.instance.stages, static.instance.tail)
+
+
+def test_dynamic_m_benchmark_refuses_an_m_outside_the_range():
+    import pytest
+
+    from codegen.errors import TilegenError
+    from codegen.hardware import Target
+    from codegen.pipeline import Project
+
+    b = _load("gemm_dynamic_m")
+    with pytest.raises(TilegenError, match=r"shapes\[0\].m=9000: is outside dynamic_m \[1, 8192\].*\[dynamic_m_range\]"):
+        b.kernels(Project(), b.SPEC, Target.SM_90, (9000,))
+
+
+def test_dynamic_m_benchmark_fails_loudly_without_a_gpu(tmp_path, capsys, monkeypatch):
+    from codegen.gpu import NoGpu
+
+    b = _load("gemm_dynamic_m")
+
+    def no_gpu():
+        raise NoGpu("torch sees no GPU")
+
+    monkeypatch.setattr(b, "detect_gpu", no_gpu)
+    assert b.main(["--out", str(tmp_path / "out")]) == 1
+    assert "no GPU to run on: torch sees no GPU" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dynamic_m_benchmark_script_exits_1_on_this_machine_without_a_gpu(tmp_path):
+    import subprocess
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the script would run the benchmark")
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "gemm_dynamic_m.py"), "--out", str(tmp_path / "out")],
+                          check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "gemm_dynamic_m: no GPU to run on:" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()

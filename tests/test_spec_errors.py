@@ -420,3 +420,90 @@ def test_errors_from_several_files_are_collected(tmp_path: Path):
         "a.yaml:11:14: tiling.threads='256': Input should be a valid integer [int_type]",
         "b.yaml:1:1: spec file is empty [empty_file]",
     ]
+
+
+# ---- dynamic M (issue 12): one kernel for every M of a range -----------------------------------------
+
+DYNAMIC = """\
+- name: d
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16}
+  layout: nt
+  dynamic_m: {min: 1, max: 8192}
+  shapes:
+    - {m: 1000, n: 4096, k: 4096}
+  tiling: {block_m: 128, block_n: 128, block_k: 64, threads: 256}
+  tail: predicated
+  targets: [gfx942, sm_90]
+"""
+
+
+def test_dynamic_base_spec_is_valid():
+    insts = build_instances(parse_specs(DYNAMIC, FILE))
+    assert [(i.target.value, i.dynamic_m, i.compile_shapes()) for i in insts] == [
+        ("gfx942", (1, 8192), [("m", 4096, 4096)]), ("sm_90", (1, 8192), [("m", 4096, 4096)])]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("{min: 1, max: 8192}", "{min: 9000, max: 8192}",
+     "specs/x.yaml:5:20: dynamic_m.min=9000: is over dynamic_m.max=8192: the range is empty [dynamic_m_range]"),
+    ("{m: 1000,", "{m: 9000,",
+     "specs/x.yaml:7:11: shapes[0].m=9000: is outside dynamic_m [1, 8192], the rows the kernel serves [dynamic_m_range]"),
+    ("{min: 1, max: 8192}", "{min: 0, max: 8192}",
+     "specs/x.yaml:5:20: dynamic_m.min=0: Input should be greater than 0 [greater_than]"),
+    ("{min: 1, max: 8192}", "{min: 1, max: 2147483648}",
+     ("specs/x.yaml:5:28: dynamic_m.max=2147483648: must be at most 2147483647 (2**31 - 1): TileLang sizes are int32 "
+      "[int32]")),
+    ("{min: 1, max: 8192}", "{min: 1}", "specs/x.yaml:5:14: dynamic_m.max: required field is missing [missing]"),
+    ("{min: 1, max: 8192}", "8192", "specs/x.yaml:5:14: dynamic_m=8192: must be a mapping [model_type]"),
+    ("tail: predicated", "tail: specialized",
+     ("specs/x.yaml:9:9: tail=specialized: a dynamic M leaves the last row block ragged: use tail: predicated "
+      "(bounds-checked loads and stores) [dynamic_m_tail]")),
+    # the grid at the range's largest M: 65536 row blocks of 128 are one over sm_90's grid y, not gfx942's
+    ("{min: 1, max: 8192}", "{min: 1, max: 8388481}",
+     "specs/x.yaml:5:28: dynamic_m.max: grid y = 65536 exceeds sm_90's limit 65535 [grid_limit]"),
+    # N and K are static: there is no dynamic_n, and a shape's sizes are integers
+    ("  dynamic_m: {min: 1, max: 8192}", "  dynamic_n: {min: 1, max: 8192}",
+     "specs/x.yaml:5:3: dynamic_n: unknown key (did you mean 'dynamic_m'?) [unknown_key]"),
+    ("{m: 1000,", "{m: dynamic,", "specs/x.yaml:7:11: shapes[0].m='dynamic': Input should be a valid integer [int_type]"),
+    ("  targets: [gfx942, sm_90]\n", "  targets: [gfx942, sm_90]\n  search:\n    sm_90:\n      pipeline: {stages: [2, 3]}\n",
+     ("specs/x.yaml:12:5: search: a dynamic-M spec is one kernel for every M, and tuning picks a kernel per shape: "
+      "remove search or dynamic_m [dynamic_m_search]")),
+])
+def test_dynamic_m_rule(old, new, expected):
+    assert errors(edit(DYNAMIC, old, new)) == [expected]
+
+
+def test_dynamic_m_range_largest_legal_grid():
+    assert build_instances(parse_specs(edit(DYNAMIC, "max: 8192", "max: 8388480"), FILE))  # 65535 row blocks
+
+
+def test_dynamic_m_with_no_tail_policy_is_refused_beside_the_ragged_shape():
+    assert errors(edit(DYNAMIC, "tail: predicated", "tail: none")) == [
+        ("specs/x.yaml:7:7: shapes[0]: m=1000 is not a multiple of block_m=128: set tail: predicated or specialized "
+         "[tail_policy]"),
+        ("specs/x.yaml:9:9: tail=none: a dynamic M leaves the last row block ragged: use tail: predicated "
+         "(bounds-checked loads and stores) [dynamic_m_tail]"),
+    ]
+
+
+def test_dynamic_m_needs_the_tiled_structure():
+    gemv = edit(edit(DYNAMIC, "{block_m: 128, block_n: 128, block_k: 64, threads: 256}",
+                     "{block_m: 16, block_n: 8, block_k: 256, threads: 256}\n  structure: gemv"),
+                "{min: 1, max: 8192}", "{min: 1, max: 16}").replace("m: 1000", "m: 16")
+    assert errors(gemv) == [
+        ("specs/x.yaml:9:14: structure=gemv: dynamic_m needs structure tiled (gemv serves at most block_m <= 16 rows, "
+         "known when it is compiled) [dynamic_m_structure]")]
+
+
+def test_dynamic_m_is_not_for_fp32_inputs():
+    fp32 = edit(edit(DYNAMIC, "{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}"),
+                "block_k: 64", "block_k: 32").replace("[gfx942, sm_90]", "[gfx942]")
+    assert errors(fp32) == [
+        ("specs/x.yaml:5:14: dynamic_m: not for fp32 inputs yet: their template (precision modes) has no dynamic-M "
+         "entry point [dynamic_m_dtype]")]
+
+
+def test_dynamic_m_is_not_with_a_transposed_b_layout():
+    nn = edit(edit(DYNAMIC, "layout: nt", "layout: nn"), "  tail: predicated", "  tail: predicated\n  lds_layout: transposed_b")
+    assert [e.rsplit(" [", 1)[1] for e in errors(nn)] == ["dynamic_m_layout]"]  # gfx942 only: sm_90 stays natural

@@ -53,6 +53,23 @@ class InstanceBase:
         expressions as its `T.Kernel(...)` calls (rule grid_limit checks them against the target)."""
         raise NotImplementedError(f"{type(self).__name__} does not say its launch grids")
 
+    def compile_shape(self, shape: tuple[int | str, ...]) -> tuple[int | str, ...]:
+        """What of `shape` one compiled kernel is specific to: the shape itself, unless the kernel takes a size
+        symbolically -- that size is then the symbolic variable's name (a dynamic-M GEMM: ('m', n, k)), and one
+        compile serves every shape with the same compile shape. Idempotent."""
+        return tuple(shape)
+
+    def compile_shapes(self, shapes: tuple[tuple[int, ...], ...] | None = None) -> list[tuple[int | str, ...]]:
+        """The distinct compile shapes of `shapes` (default: the instance's own), in order of first appearance:
+        what `tilegen build` compiles and reports, once each."""
+        return list(dict.fromkeys(self.compile_shape(s) for s in (self.shapes if shapes is None else shapes)))
+
+    def limit_shapes(self) -> Iterator[tuple[tuple[str | int, ...], tuple[int, ...]]]:
+        """(spec path to blame, shape) of every size the kernel must launch at, for rule grid_limit: each of
+        its shapes; a family whose kernel serves a range of sizes adds the range's extremes."""
+        for i, shape in enumerate(self.shapes):
+            yield ("shapes", i), shape
+
     def uses_matrix_cores(self) -> bool:
         """Whether the kernel's products run on the MMA units (MFMA / wgmma / mma.sync); families that
         multiply matrices say so."""

@@ -28,6 +28,9 @@ XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf
 # lds_layout transposed_b: its own template, so that adding it renamed no kernel of gemm.py.j2 (whose text is
 # in every one of their hashes)
 TRANSPOSED_B_TEMPLATE = "gemm_transposed_b.py.j2"
+# dynamic_m: gemm.py.j2 unchanged (so no static kernel is renamed) plus a dynamic-M entry point
+DYNAMIC_M_TEMPLATE = "gemm_dynamic_m.py.j2"
+DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +40,7 @@ class GemmInstance(InstanceBase):
     # added after kernels were named: at these values (tiled; fp32 fields None for every other dtype) they
     # stay out of the configuration hash, so adding them renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
-                                                      "fp32_product": None, "lds_layout": "natural"}
+                                                      "fp32_product": None, "lds_layout": "natural", "dynamic_m": None}
 
     # identity
     name: str
@@ -89,6 +92,23 @@ class GemmInstance(InstanceBase):
     def transposed_b(self) -> bool:
         return self.lds_layout == LdsLayout.TRANSPOSED_B.value
 
+    # (min, max): M is symbolic (T.dynamic) and one compiled kernel serves every M in it; None: M fixed per compile
+    dynamic_m: tuple[int, int] | None = None
+
+    def compile_shape(self, shape: tuple[int | str, ...]) -> tuple[int | str, ...]:
+        """A dynamic-M kernel is compiled once for every M: its compile shape is ('m', n, k)."""
+        if self.dynamic_m is None:
+            return tuple(shape)
+        _, n, k = shape
+        return (DYNAMIC_M, n, k)
+
+    def limit_shapes(self):
+        """The spec's shapes, and for a dynamic-M kernel each (n, k) at the largest M it serves."""
+        yield from super().limit_shapes()
+        if self.dynamic_m is not None:
+            for n, k in dict.fromkeys((n, k) for _, n, k in self.shapes):
+                yield ("dynamic_m", "max"), (self.dynamic_m[1], n, k)
+
     def uses_matrix_cores(self) -> bool:
         """The tiled structure does, but for true fp32 on a target whose MMA rounds fp32 (CUDA-core FMA);
         gemv never does."""
@@ -111,6 +131,7 @@ class GemmInstance(InstanceBase):
         parts += ["ldsbt"] * self.transposed_b
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
         parts += [self.precision] * (self.precision is not None)
+        parts += ["dynm"] * (self.dynamic_m is not None)
         return "_".join(parts) + tail_tag(self.tail)
 
     # ---- template inputs ------------------------------------------------------------------
@@ -212,6 +233,7 @@ class GemmInstance(InstanceBase):
             "unroll": self.unroll, "swizzle_panel": self.swizzle_panel, "k_pack": self.k_pack,
             "tail": self.tail.value, **({"precision": self.precision, "fp32_product": self.fp32_product}
                                         if self.precision is not None else {}),
+            **({"dynamic_m": {"min": self.dynamic_m[0], "max": self.dynamic_m[1]}} if self.dynamic_m else {}),
             "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
 
@@ -220,7 +242,8 @@ class GemmInstance(InstanceBase):
         return {"dtypes": "/".join(self.spec_dtypes[:3]),
                 "layout": self.layout + (f" ({self.lds_layout})" if self.transposed_b else ""),
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
-                "schedule": f"stages {self.stages}" + (f", {self.precision}" if self.precision else ""),
+                "schedule": f"stages {self.stages}" + (f", {self.precision}" if self.precision else "")
+                            + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else ""),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
@@ -251,7 +274,8 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
         template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
-                  else FP32_TEMPLATE if fp32 else TRANSPOSED_B_TEMPLATE if transposed else "gemm.py.j2"),
+                  else FP32_TEMPLATE if fp32 else TRANSPOSED_B_TEMPLATE if transposed
+                  else DYNAMIC_M_TEMPLATE if spec.dynamic_m else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
@@ -267,4 +291,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=lds_bytes(spec, tuning, target),
         tilelang_target=tilelang_target(target),
         precision=spec.precision.value if fp32 else None, fp32_product=product, lds_layout=lds_layout.value,
+        dynamic_m=(spec.dynamic_m.min, spec.dynamic_m.max) if spec.dynamic_m else None,
     )

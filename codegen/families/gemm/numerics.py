@@ -102,10 +102,29 @@ def gemm_bytes(inst, m: int, n: int, k: int) -> float:
     return float(m * k * DTYPE_BYTES[a] + k * n * DTYPE_BYTES[b] + m * n * DTYPE_BYTES[out])
 
 
+# A dynamic-M kernel is verified up to the largest M of its range whose A and C together hold at most this
+# many elements: 8192 x (4096 + 4096) fits; a range up to 2**31 - 1 rows is verified up to what fits
+DYNAMIC_VERIFY_ELEMENTS = 1 << 27
+
+
+def dynamic_m_values(inst, n: int, k: int) -> list[int]:
+    """The M values a dynamic-M kernel is verified at (beside its spec's shapes), each inside its range: the
+    smallest, a block multiple and one past it (a ragged last row block of one row), and the largest -- or,
+    where A and C at the largest would hold more than DYNAMIC_VERIFY_ELEMENTS, the largest M that fits."""
+    lo, hi = inst.dynamic_m
+    top = min(hi, max(lo, DYNAMIC_VERIFY_ELEMENTS // (n + k)))
+    wanted = [lo, inst.block_m, inst.block_m + 1, top]
+    return sorted({m for m in wanted if lo <= m <= top})
+
+
 def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
     """GEMM: the smallest legal size, and sizes one above and one below a block multiple where the
-    tail policy allows ragged sizes."""
+    tail policy allows ragged sizes. A dynamic-M kernel serves its shapes' (n, k) at every M: those (n, k)
+    at the M values of `dynamic_m_values` -- one compile for all of them."""
     bm, bn, bk = inst.block_m, inst.block_n, inst.block_k * inst.unroll
+    if inst.dynamic_m is not None:
+        nk = dict.fromkeys((n, k) for _, n, k in inst.shapes)
+        return [(m, n, k) for n, k in nk for m in dynamic_m_values(inst, n, k)]
     if inst.vector:  # gemv: every m up to block_m, k in whole vectors (rule gemv_shape); one step, one round short
         v = inst.vector
         if inst.tail == TailPolicy.NONE:
@@ -200,6 +219,15 @@ def dropped_k_tile(case: GemmCase, ref, block_m: int, block_k: int):
     return bad
 
 
+def ragged_m_block_dropped(ref, m: int, block_m: int, row0: int = 0):
+    """Negative control of dynamic-M kernels: the reference with the rows of the last, ragged row block zeroed --
+    a grid of M // block_m row blocks (floor where ceildiv was meant) over a cleared C. `ref` holds rows
+    row0.. of C; identical to it (n/a) where M is a block multiple."""
+    bad = ref.clone()
+    bad[max(0, m // block_m * block_m - row0):] = 0
+    return bad
+
+
 def tf32_result(a32, b32):
     """Negative control of fp32-class kernels (ieee, 3xtf32): the product of the inputs rounded to TF32
     (nearest), accumulated in fp32 -- what a single-pass TF32 kernel computes."""
@@ -250,6 +278,8 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
                             "dropped_k_tile": dropped}
             if case.tf32_control:
                 controls["tf32_result"] = tf32_result(a32, b32)
+            if inst.dynamic_m is not None:
+                controls["ragged_m_block_dropped"] = ragged_m_block_dropped(ref, m, inst.block_m, r0)
             yield CheckChunk(index=(rows, cols), ref=ref, mag=mag, controls=controls)
             del a32, b32, ref, mag, dropped, controls
 
@@ -340,6 +370,8 @@ def controls(inst, case: GemmCase, ref) -> dict[str, object]:
            "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
     if case.tf32_control:
         out["tf32_result"] = tf32_result(case.A32, case.B32)
+    if inst.dynamic_m is not None:
+        out["ragged_m_block_dropped"] = ragged_m_block_dropped(ref, ref.shape[0], inst.block_m)
     return out
 
 

@@ -339,15 +339,59 @@ def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
         yield from unroll_divides(c)
 
 
+def dynamic_m(c: GemmContext) -> Iterator[Violation]:
+    """Rules dynamic_m_*: a kernel compiled with M symbolic (T.dynamic) serves every M of `dynamic_m` with one
+    binary. dynamic_m_range: min <= max, and every shape's m (the workloads verify and bench run) inside.
+    dynamic_m_tail: the last row block is ragged for an arbitrary M, so loads and stores along M must be
+    bounds-checked -- tail: predicated (none has no checks; specialized splits interior and edge kernels at
+    M // block_m, which a symbolic M does not fix). dynamic_m_structure: the tiled structure only (gemv keeps
+    every row of A in registers, at most block_m <= 16). dynamic_m_dtype: not fp32 inputs (their template,
+    gemm_fp32.py.j2, has no dynamic-M entry point). dynamic_m_search: no search block -- a lockfile picks a
+    kernel per shape, and a dynamic-M spec is one kernel for every M. dynamic_m_layout: not with lds_layout
+    transposed_b where that applies (gemm_transposed_b.py.j2 has no dynamic-M entry point). The grid at M = max is rule grid_limit
+    (codegen.instance.grid_limit over GemmInstance.limit_shapes)."""
+    r = c.spec.dynamic_m
+    if r is None:
+        return
+    if r.min > r.max:
+        yield Violation(rule="dynamic_m_range", path=("dynamic_m", "min"), value=r.min,
+                        message=f"is over dynamic_m.max={r.max}: the range is empty")
+    else:
+        for i, s in enumerate(c.spec.shapes):
+            if not r.min <= s.m <= r.max:
+                yield Violation(rule="dynamic_m_range", path=("shapes", i, "m"), value=s.m,
+                                message=f"is outside dynamic_m [{r.min}, {r.max}], the rows the kernel serves")
+    if c.spec.tail != TailPolicy.PREDICATED:
+        yield Violation(rule="dynamic_m_tail", path=("tail",), value=c.spec.tail.value,
+                        message="a dynamic M leaves the last row block ragged: use tail: predicated "
+                                "(bounds-checked loads and stores)")
+    if c.tuning.structure != Structure.TILED:
+        yield Violation(rule="dynamic_m_structure", path=c.at("structure"), value=c.tuning.structure.value,
+                        message="dynamic_m needs structure tiled (gemv serves at most block_m <= "
+                                f"{GEMV_MAX_M} rows, known when it is compiled)")
+    if c.spec.dtypes.a == DType.FP32:
+        yield Violation(rule="dynamic_m_dtype", path=("dynamic_m",), value=None,
+                        message="not for fp32 inputs yet: their template (precision modes) has no dynamic-M "
+                                "entry point")
+    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
+        yield Violation(rule="dynamic_m_layout", path=c.at("lds_layout"), value=c.tuning.lds_layout.value,
+                        message=f"not with dynamic_m on {c.hw.target} yet: the transposed-B template has no dynamic-M "
+                                "entry point; use lds_layout: natural")
+    if c.spec.search:
+        yield Violation(rule="dynamic_m_search", path=("search",), value=None,
+                        message="a dynamic-M spec is one kernel for every M, and tuning picks a kernel per "
+                                "shape: remove search or dynamic_m")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
     tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
-    lds_layout_applies, lds_layout_tile,
+    lds_layout_applies, lds_layout_tile, dynamic_m,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
-                                     gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies)
+                                     gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

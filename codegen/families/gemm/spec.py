@@ -96,6 +96,15 @@ class GemmShape(Model):
     k: PositiveInt
 
 
+class DynamicRange(Model):
+    """`dynamic_m: {min, max}`: the rows (M) one compiled kernel serves, both ends included. M is a symbolic
+    size of the kernel (T.dynamic), so every M in the range runs the same binary; N and K stay the shapes'
+    own, fixed at compile time (one compile per distinct (n, k))."""
+
+    min: PositiveInt
+    max: PositiveInt
+
+
 class Tiling(Model):
     block_m: PositiveInt
     block_n: PositiveInt
@@ -132,6 +141,8 @@ class GemmSpec(Model):
     dtypes: GemmDTypes
     layout: Layout = Layout.NN
     shapes: Annotated[list[GemmShape], Field(min_length=1, max_length=MAX_SHAPES)]
+    # M symbolic over this range (rules dynamic_m_*); the shapes are then the workloads verify and bench run
+    dynamic_m: DynamicRange | None = None
     tiling: Tiling
     pipeline: Pipeline = Pipeline()
     unroll: PositiveInt = 1
@@ -169,6 +180,7 @@ STARTER = """\
   layout: nt                # nn | nt | tn | tt (first letter A, second B; t = stored transposed; nt = nn.Linear)
   shapes:                   # concrete problem sizes; ragged sizes need a tail policy
     - {{m: 4096, n: 4096, k: 4096}}
+  # dynamic_m: {{min: 1, max: 8192}}   # one compiled kernel for every M in the range (tail: predicated)
   tiling:
     block_m: 128            # multiples of the MMA tile (gfx942 fp16: 16x16x16)
     block_n: 128
