@@ -33,13 +33,14 @@ class GemmInstance(InstanceBase):
     # added after kernels were named: at these values (tiled; fp32 fields None for every other dtype) they
     # stay out of the configuration hash, so adding them renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
-                                                      "fp32_product": None}
+                                                      "fp32_product": None, "split_k": 1, "reduce_block_m": 0,
+                                                      "reduce_block_n": 0}
 
     # identity
     name: str
     target: Target
     op: str = "gemm"
-    template: str = "gemm.py.j2"  # gemv.py.j2 for structure gemv
+    template: str = "gemm.py.j2"  # gemv.py.j2 for structure gemv, gemm_splitk.py.j2 for split_k > 1
     # provenance (not part of the identity hash)
     spec_file: str = field(compare=False)
     # problem
@@ -55,6 +56,11 @@ class GemmInstance(InstanceBase):
     # tiling and schedule
     structure: str  # Structure: tiled (gemm.py.j2) | gemv (gemv.py.j2)
     vector: int  # elements of one global load of the gemv structure's lanes (0: tiled, TileLang's copies)
+    # tiled: workgroups each output tile's K range is split over (1: no split); with a split, the block of C
+    # each workgroup of the second kernel (the fixed-order sum of the fp32 partials) serves (0 without one)
+    split_k: int = 1
+    reduce_block_m: int = 0
+    reduce_block_n: int = 0
     block_m: int
     block_n: int
     block_k: int
@@ -94,7 +100,7 @@ class GemmInstance(InstanceBase):
                      f"t{self.threads}"] + [f"u{self.unroll}"] * (self.unroll > 1)
             return "_".join(parts) + tail_tag(self.tail)
         parts = [f"gemm_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
-                 f"t{self.threads}", f"s{self.stages}"]
+                 f"t{self.threads}", f"s{self.stages}"] + [f"sk{self.split_k}"] * (self.split_k > 1)
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
@@ -110,9 +116,12 @@ class GemmInstance(InstanceBase):
         b_shape = "(N, K)" if self.trans_b else "(K, N)"
         a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
         b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b else "(BLOCK_K, BLOCK_N)"
-        a_origin = "k * BLOCK_K, row0" if self.trans_a else "row0, k * BLOCK_K"
-        b_origin = "col0, k * BLOCK_K" if self.trans_b else "k * BLOCK_K, col0"
-        loop = pipelined_loop("k_tiles", self.stages, self.pipeline_order, self.pipeline_stage)
+        # the K tile's first element: tile k of the whole range; with a split, tile kk of this split's run
+        k0 = "(k_first + kk) * BLOCK_K" if self.split_k > 1 else "k * BLOCK_K"
+        a_origin = f"{k0}, row0" if self.trans_a else f"row0, {k0}"
+        b_origin = f"col0, {k0}" if self.trans_b else f"{k0}, col0"
+        loop = pipelined_loop("split_tiles" if self.split_k > 1 else "k_tiles", self.stages, self.pipeline_order,
+                              self.pipeline_stage)
         gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b}", f"policy={_POLICY[WarpPolicy(self.policy)]}"]
         # one element of each staged tile for the CUDA-core product (fp32_product "fma"): A_s[i, kk] / B_s[kk, j]
         a_elem = "A_s[kk, i]" if self.trans_a else "A_s[i, kk]"
@@ -139,6 +148,9 @@ class GemmInstance(InstanceBase):
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
+        if self.split_k > 1:  # the partial products (split along z), then the sum of the partials
+            return ((-(-n // bn), -(-m // bm), self.split_k),
+                    (-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
         if self.tail != TailPolicy.SPECIALIZED:
             return ((-(-n // bn), -(-m // bm), 1),)
         full_m, full_n = m // bm, n // bn
@@ -157,6 +169,8 @@ class GemmInstance(InstanceBase):
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
             "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
             **({"structure": self.structure} if self.structure != Structure.TILED.value else {}),
+            **({"split_k": self.split_k, "reduce_block": [self.reduce_block_m, self.reduce_block_n]}
+               if self.split_k > 1 else {}),
             "shapes": [list(s) for s in self.shapes],
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                        "threads": self.threads, "policy": self.policy},
@@ -173,12 +187,25 @@ class GemmInstance(InstanceBase):
         """The columns of `tilegen list`."""
         return {"dtypes": "/".join(self.spec_dtypes[:3]), "layout": self.layout,
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
-                "schedule": f"stages {self.stages}" + (f", {self.precision}" if self.precision else ""),
+                "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" if self.split_k > 1 else "")
+                            + (f", {self.precision}" if self.precision else ""),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
         label = "/".join(self.spec_dtypes[:3])
         return f"{label} {self.precision}" if self.precision else label
+
+
+SPLIT_K_TEMPLATE = "gemm_splitk.py.j2"  # split_k > 1; gemm.py.j2 is unchanged by it, so no GEMM was renamed
+REDUCE_VECTOR = 4  # fp32 partials per thread and split in the sum kernel: one 16-byte load each
+
+
+def reduce_block(block_m: int, block_n: int, threads: int) -> tuple[int, int]:
+    """The block of C one workgroup of the split-K sum serves: BLOCK_N columns (rows of partials read whole)
+    by the most rows that divide block_m and keep it within one 16-byte vector a thread -- a divisor of
+    block_m, so with tail none every shape is whole reduce blocks too."""
+    cap = max(1, threads * REDUCE_VECTOR // block_n)
+    return max(d for d in range(1, block_m + 1) if block_m % d == 0 and d <= cap), block_n
 
 
 def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmInstance:
@@ -195,15 +222,18 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     # ieee needs true fp32 products: the target's MMA if it takes fp32 exactly (AMD), else CUDA-core FMA
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
+    split = 1 if gemv else tuning.split_k  # gemv never splits K (rule split_k_structure)
+    reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
-        template="gemv.py.j2" if gemv else FP32_TEMPLATE if fp32 else "gemm.py.j2",
+        template="gemv.py.j2" if gemv else FP32_TEMPLATE if fp32 else SPLIT_K_TEMPLATE if split > 1 else "gemm.py.j2",
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
         spec_dtypes=(d.a.value, d.b.value, d.out.value, d.accumulate.value),
         layout=spec.layout.value, trans_a=spec.layout.trans_a, trans_b=spec.layout.trans_b,
         structure=tuning.structure.value, vector=gemv_vector(spec) if gemv else 0,
+        split_k=split, reduce_block_m=reduce_m, reduce_block_n=reduce_n,
         block_m=t.block_m, block_n=t.block_n, block_k=t.block_k, threads=t.threads,
         policy=WarpPolicy.SQUARE.value if gemv else t.policy.value,
         stages=stages, pipeline_order=order, pipeline_stage=stage,
