@@ -289,8 +289,8 @@ LOW_OCCUPANCY_PCT = 25.0
 KNOBS = {
     "memory": ("vector", "block_m", "block_n", "swizzle_panel"),
     "compute": ("block_k", "k_pack", "stages"),
-    "occupancy": ("threads", "block_m", "block_n", "stages", "unroll"),
-    "latency": ("stages", "vector", "unroll", "threads"),
+    "occupancy": ("threads", "block_m", "block_n", "stages", "unroll", "split_k"),  # split_k: too few output tiles
+    "latency": ("stages", "vector", "unroll", "threads", "split_k"),
 }
 
 

@@ -11,12 +11,12 @@ from codegen.verify import judge, judge_chunks
 
 
 def check_output(inst, shape, out_fn, kind: str = "normal", scale: float | None = None,
-                 max_elements: int | None = None):
+                 max_elements: int | None = None, seed: int = 0):
     """(status, comparison, controls) of `out_fn(case, ref)` judged against the family's reference;
     `scale` replaces the spec's verify_tolerance_scale when given. With `max_elements`, the chunked
-    check verify runs (the family's `chunks`), else the whole-tensor one."""
+    check verify runs (the family's `chunks`), else the whole-tensor one. `seed`: verify draws 0 and 1."""
     fam = family(inst).numerics
-    case = fam.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
+    case = fam.make_inputs(inst, shape, seed=seed, kind=kind, device="cpu", run_target=inst.target)
     ref, mag = fam.reference(inst, case)
     out = out_fn(case, ref).to(torch_dtype(inst.spec_dtypes[-2], inst.target))  # the output dtype
     tol = fam.tolerance(inst, shape, inst.target)

@@ -151,6 +151,15 @@ LAUNCH_PROBES = """\
   tiling: {block_m: 64, block_n: 64, threads: 128}
   tail: predicated
   targets: [gfx942, sm_90]
+- name: psk
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16}
+  layout: nt
+  shapes: [{m: 200, n: 250, k: 1100}]
+  tiling: {block_m: 128, block_n: 128, block_k: 64, threads: 256}
+  split_k: 4
+  tail: predicated
+  targets: [gfx942, sm_90]
 - name: pd
   op: attention
   variant: decode

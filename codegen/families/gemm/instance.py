@@ -40,13 +40,16 @@ class GemmInstance(InstanceBase):
     # added after kernels were named: at these values (tiled; fp32 fields None for every other dtype) they
     # stay out of the configuration hash, so adding them renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
-                                                      "fp32_product": None, "lds_layout": "natural", "dynamic_m": None}
+                                                      "fp32_product": None, "lds_layout": "natural", "dynamic_m": None,
+                                                      "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0}
 
     # identity
     name: str
     target: Target
     op: str = "gemm"
-    template: str = "gemm.py.j2"  # gemv.py.j2 for structure gemv, TRANSPOSED_B_TEMPLATE for lds_layout transposed_b
+    # gemv.py.j2 for structure gemv; XF32_TEMPLATE, FP32_TEMPLATE, SPLIT_K_TEMPLATE, TRANSPOSED_B_TEMPLATE or
+    # DYNAMIC_M_TEMPLATE for the options they serve (make_instance)
+    template: str = "gemm.py.j2"
     # provenance (not part of the identity hash)
     spec_file: str = field(compare=False)
     # problem
@@ -62,6 +65,11 @@ class GemmInstance(InstanceBase):
     # tiling and schedule
     structure: str  # Structure: tiled (gemm.py.j2) | gemv (gemv.py.j2)
     vector: int  # elements of one global load of the gemv structure's lanes (0: tiled, TileLang's copies)
+    # tiled: workgroups each output tile's K range is split over (1: no split); with a split, the block of C
+    # each workgroup of the second kernel (the fixed-order sum of the fp32 partials) serves (0 without one)
+    split_k: int = 1
+    reduce_block_m: int = 0
+    reduce_block_n: int = 0
     block_m: int
     block_n: int
     block_k: int
@@ -125,7 +133,7 @@ class GemmInstance(InstanceBase):
                      f"t{self.threads}"] + [f"u{self.unroll}"] * (self.unroll > 1)
             return "_".join(parts) + tail_tag(self.tail)
         parts = [f"gemm_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
-                 f"t{self.threads}", f"s{self.stages}"]
+                 f"t{self.threads}", f"s{self.stages}"] + [f"sk{self.split_k}"] * (self.split_k > 1)
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
         parts += ["ldsbt"] * self.transposed_b
@@ -152,9 +160,12 @@ class GemmInstance(InstanceBase):
         a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
         # transposed_b: B is stored K x N but its LDS tile is N x K, as an nt kernel's
         b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b or self.transposed_b else "(BLOCK_K, BLOCK_N)"
-        a_origin = "k * BLOCK_K, row0" if self.trans_a else "row0, k * BLOCK_K"
-        b_origin = "col0, k * BLOCK_K" if self.trans_b else "k * BLOCK_K, col0"
-        loop = pipelined_loop("k_tiles", self.stages, self.pipeline_order, self.pipeline_stage)
+        # the K tile's first element: tile k of the whole range; with a split, tile kk of this split's run
+        k0 = "(k_first + kk) * BLOCK_K" if self.split_k > 1 else "k * BLOCK_K"
+        a_origin = f"{k0}, row0" if self.trans_a else f"row0, {k0}"
+        b_origin = f"col0, {k0}" if self.trans_b else f"{k0}, col0"
+        loop = pipelined_loop("split_tiles" if self.split_k > 1 else "k_tiles", self.stages, self.pipeline_order,
+                              self.pipeline_stage)
         gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}",
                      f"policy={_POLICY[WarpPolicy(self.policy)]}"]
         # one element of each staged tile for the CUDA-core product (fp32_product "fma"): A_s[i, kk] / B_s[kk, j]
@@ -185,9 +196,12 @@ class GemmInstance(InstanceBase):
             return ()
         return ("A_hi", "B_hi") + ("A_lo", "B_lo") * (self.precision == Precision.X3TF32.value)
 
-    def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, int], ...]:
-        """Each workspace's (rows, K) at one problem size: M or N and K, padded to whole blocks."""
+    def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, ...], ...]:
+        """The fp32 workspaces the kernel takes between B and C, at one problem size: split-K's partials
+        C_PART [split_k, M, N]; gemm_xf32's TF32 operands (rows, K), M or N and K padded to whole blocks."""
         m, n, k = shape
+        if self.split_k > 1:
+            return ((self.split_k, m, n),)
         rows = {"A": -(-m // self.block_m) * self.block_m, "B": -(-n // self.block_n) * self.block_n}
         k_pad = -(-k // self.block_k) * self.block_k
         return tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
@@ -205,6 +219,9 @@ class GemmInstance(InstanceBase):
         if self.template == XF32_TEMPLATE:
             kt = -(-k // self.block_k)
             return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
+        if self.split_k > 1:  # the partial products (split along z), then the sum of the partials
+            return ((-(-n // bn), -(-m // bm), self.split_k),
+                    (-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
         if self.tail != TailPolicy.SPECIALIZED:
             return ((-(-n // bn), -(-m // bm), 1),)
         full_m, full_n = m // bm, n // bn
@@ -224,6 +241,8 @@ class GemmInstance(InstanceBase):
             "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
             **({"structure": self.structure} if self.structure != Structure.TILED.value else {}),
             **({"lds_layout": self.lds_layout} if self.transposed_b else {}),
+            **({"split_k": self.split_k, "reduce_block": [self.reduce_block_m, self.reduce_block_n]}
+               if self.split_k > 1 else {}),
             "shapes": [list(s) for s in self.shapes],
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                        "threads": self.threads, "policy": self.policy},
@@ -242,13 +261,26 @@ class GemmInstance(InstanceBase):
         return {"dtypes": "/".join(self.spec_dtypes[:3]),
                 "layout": self.layout + (f" ({self.lds_layout})" if self.transposed_b else ""),
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
-                "schedule": f"stages {self.stages}" + (f", {self.precision}" if self.precision else "")
+                "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" if self.split_k > 1 else "")
+                            + (f", {self.precision}" if self.precision else "")
                             + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else ""),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
         label = "/".join(self.spec_dtypes[:3])
         return f"{label} {self.precision}" if self.precision else label
+
+
+SPLIT_K_TEMPLATE = "gemm_splitk.py.j2"  # split_k > 1; gemm.py.j2 is unchanged by it, so no GEMM was renamed
+REDUCE_VECTOR = 4  # fp32 partials per thread and split in the sum kernel: one 16-byte load each
+
+
+def reduce_block(block_m: int, block_n: int, threads: int) -> tuple[int, int]:
+    """The block of C one workgroup of the split-K sum serves: BLOCK_N columns (rows of partials read whole)
+    by the most rows that divide block_m and keep it within one 16-byte vector a thread -- a divisor of
+    block_m, so with tail none every shape is whole reduce blocks too."""
+    cap = max(1, threads * REDUCE_VECTOR // block_n)
+    return max(d for d in range(1, block_m + 1) if block_m % d == 0 and d <= cap), block_n
 
 
 def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmInstance:
@@ -271,10 +303,12 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     # ieee needs true fp32 products: the target's MMA if it takes fp32 exactly (AMD), else CUDA-core FMA
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
+    split = 1 if gemv else tuning.split_k  # gemv never splits K (rule split_k_structure)
+    reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
         template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
-                  else FP32_TEMPLATE if fp32 else TRANSPOSED_B_TEMPLATE if transposed
+                  else FP32_TEMPLATE if fp32 else SPLIT_K_TEMPLATE if split > 1 else TRANSPOSED_B_TEMPLATE if transposed
                   else DYNAMIC_M_TEMPLATE if spec.dynamic_m else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
@@ -282,6 +316,7 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         spec_dtypes=(d.a.value, d.b.value, d.out.value, d.accumulate.value),
         layout=spec.layout.value, trans_a=spec.layout.trans_a, trans_b=spec.layout.trans_b,
         structure=tuning.structure.value, vector=gemv_vector(spec) if gemv else 0,
+        split_k=split, reduce_block_m=reduce_m, reduce_block_n=reduce_n,
         block_m=t.block_m, block_n=t.block_n, block_k=t.block_k, threads=t.threads,
         policy=WarpPolicy.SQUARE.value if gemv else t.policy.value,
         stages=stages, pipeline_order=order, pipeline_stage=stage,

@@ -120,11 +120,22 @@ def dynamic_m_values(inst, n: int, k: int) -> list[int]:
 def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
     """GEMM: the smallest legal size, and sizes one above and one below a block multiple where the
     tail policy allows ragged sizes. A dynamic-M kernel serves its shapes' (n, k) at every M: those (n, k)
-    at the M values of `dynamic_m_values` -- one compile for all of them."""
+    at the M values of `dynamic_m_values` -- one compile for all of them. Split-K: every split gets whole K
+    tiles (tail none: k a multiple of block_k * unroll * split_k); predicated: k of split_k tiles, the last one element (one tile a split),
+    of 2 * split_k tiles less one element (the last tile ragged), and of 3 * split_k - 1 tiles less one
+    element (the last split's run ends in a tile wholly past K, which loads zeros) -- with unroll, whole
+    rounds (rule unroll_divides), m and n still ragged."""
     bm, bn, bk = inst.block_m, inst.block_n, inst.block_k * inst.unroll
     if inst.dynamic_m is not None:
         nk = dict.fromkeys((n, k) for _, n, k in inst.shapes)
         return [(m, n, k) for n, k in nk for m in dynamic_m_values(inst, n, k)]
+    if inst.split_k > 1:
+        sk, kt = inst.split_k, inst.block_k
+        if inst.tail == TailPolicy.NONE:
+            return [(bm, bn, bk * sk), (3 * bm, 2 * bn, 5 * bk * sk)]
+        if inst.unroll > 1:
+            return [(1, 1, bk * sk), (bm + 1, bn - 1, bk * sk), (2 * bm - 1, 2 * bn + 1, 3 * bk * sk)]
+        return [(1, 1, (sk - 1) * kt + 1), (bm + 1, bn - 1, 2 * sk * kt - 1), (2 * bm - 1, 2 * bn + 1, (3 * sk - 1) * kt - 1)]
     if inst.vector:  # gemv: every m up to block_m, k in whole vectors (rule gemv_shape); one step, one round short
         v = inst.vector
         if inst.tail == TailPolicy.NONE:
@@ -145,7 +156,7 @@ class GemmCase:
     trans_a: bool = False
     trans_b: bool = False
     tf32_control: bool = False  # the kernel's products are fp32-class where it runs: a TF32 result must fail
-    workspace: tuple = ()  # gemm_xf32: the TF32 staging workspaces the kernel takes between B and C (NaN-filled)
+    workspace: tuple = ()  # the fp32 workspaces the kernel takes between B and C (GemmInstance.workspace_shapes)
 
     @property
     def A32(self):
@@ -165,7 +176,8 @@ class GemmCase:
 def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, device, run_target: Target) -> GemmCase:
     """'normal': A ~ N(0,1), B ~ N(0, 1/K) (activations times weights, |C| ~ 1).
     'wide': the same times per-row scales of A and per-column scales of B spread over e^[-3, 3]
-    (a dynamic range of about 400x each way), clipped to what the dtype holds."""
+    (a dynamic range of about 400x each way), clipped to what the dtype holds.
+    Split-K also gets its fp32 workspace, NaN-filled: the kernel must write every partial it reads."""
     import torch
 
     m, n, k = shape
@@ -183,8 +195,8 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     a_q, b_q = a.to(a_dt), b.to(b_dt)  # rounded inputs: the reference sees exactly what the kernel sees
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
-    # NaN-filled: the staging kernels must write every element the main kernel reads
-    workspace = tuple(torch.full(s, float("nan"), device=device) for s in inst.workspace_shapes(shape))
+    # NaN-filled: the kernel must write every element of its workspaces that it reads
+    workspace = tuple(torch.full(s, float("nan"), dtype=torch.float32, device=device) for s in inst.workspace_shapes(shape))
     return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b,
                     tf32_control=product_model(inst, run_target).fp32_class, workspace=workspace)
 
@@ -226,6 +238,21 @@ def ragged_m_block_dropped(ref, m: int, block_m: int, row0: int = 0):
     bad = ref.clone()
     bad[max(0, m // block_m * block_m - row0):] = 0
     return bad
+
+
+def split_range(inst, k: int) -> slice:
+    """Split 0's K range [0, split_tiles * block_k) (codegen.families.gemm.rules.split_tiles), within k."""
+    from codegen.families.gemm.rules import split_tiles
+
+    return slice(0, min(k, split_tiles(k, inst.block_k, inst.split_k) * inst.block_k))
+
+
+def dropped_split(inst, a32, b32, ref):
+    """Negative control of split-K kernels: the reference without split 0's K range in any element -- a sum of
+    the partials that leaves one out (its loop starting at split 1). Split 0 always holds whole tiles."""
+    ks = split_range(inst, a32.shape[1])
+    with full_fp32():
+        return ref - a32[:, ks] @ b32[ks, :]
 
 
 def tf32_result(a32, b32):
@@ -276,6 +303,8 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
                     dropped[:top] -= a32[:top, k0:] @ b32[k0:, :]
                 controls = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation_block(case, a32, cols),
                             "dropped_k_tile": dropped}
+                if inst.split_k > 1:
+                    controls["dropped_split"] = dropped_split(inst, a32, b32, ref)
             if case.tf32_control:
                 controls["tf32_result"] = tf32_result(a32, b32)
             if inst.dynamic_m is not None:
@@ -292,11 +321,14 @@ class Tolerance:
     k: int
     scale: float = 1.0
     products: str = ""  # product_model's label, shown with fp32 inputs
+    split_k: int = 1  # K split over this many fp32 partials (the same bound: see the module docstring)
 
     def describe(self) -> str:
         text = (f"{self.u_out:.3g}*|ref| + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) + {self.u_prod:.3g})"
                 f"*|A|.|B|")
-        return f"{text} [{self.products}]" if self.products else text
+        notes = [self.products] * bool(self.products)
+        notes += [f"split_k {self.split_k}: fp32 partials, one rounding"] * (self.split_k > 1)
+        return f"{text} [{'; '.join(notes)}]" if notes else text
 
     def bound(self, ref, abs_product):
         acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + self.u_prod
@@ -309,7 +341,7 @@ def gemm_tolerance(inst, run_target: Target, k: int, scale: float = 1.0) -> Tole
     u_acc = max(UNIT_ROUNDOFF[acc], cores.mma_accumulator_roundoff.get(a, 0.0))
     model = product_model(inst, run_target)
     return Tolerance(u_out=UNIT_ROUNDOFF[out], u_acc=u_acc, u_prod=model.u_prod, k=k, scale=scale,
-                     products=model.label)
+                     products=model.label, split_k=inst.split_k)
 
 
 def gemm_baseline_fns(inst, A, B, out_dtype):
@@ -368,6 +400,8 @@ def controls(inst, case: GemmCase, ref) -> dict[str, object]:
 
     out = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation(case),
            "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
+    if inst.split_k > 1:
+        out["dropped_split"] = dropped_split(inst, case.A32, case.B32, ref)
     if case.tf32_control:
         out["tf32_result"] = tf32_result(case.A32, case.B32)
     if inst.dynamic_m is not None:

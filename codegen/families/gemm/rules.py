@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from codegen.families.gemm.spec import GemmSpec, GemmTuning, Layout, LdsLayout, Precision, Structure
+from codegen.families.gemm.spec import MAX_SPLIT_K, GemmSpec, GemmTuning, Layout, LdsLayout, Precision, Structure
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
@@ -181,12 +181,15 @@ def unroll_fits(c: GemmContext) -> Iterator[Violation]:
 
 
 def unroll_divides(c: GemmContext) -> Iterator[Violation]:
-    """Rule unroll_divides: every k is whole rounds of unroll K steps of block_k."""
+    """Rule unroll_divides: every k is whole rounds of unroll K steps of block_k -- in each of split_k
+    equal splits when the K range is split (the unrolled loop has no remainder round)."""
     bk, u = c.tuning.tiling.block_k, c.tuning.unroll
+    sk = c.tuning.split_k if c.tuning.structure == Structure.TILED else 1  # gemv: rule split_k_structure
+    step, word = (bk * u * sk, "block_k*unroll*split_k") if sk > 1 else (bk * u, "block_k*unroll")
     for i, s in enumerate(c.spec.shapes):
-        if s.k % (bk * u):
+        if s.k % step:
             yield Violation(rule="unroll_divides", path=c.at("unroll"), value=u,
-                            message=f"shapes[{i}].k={s.k} is not a multiple of block_k*unroll={bk * u}")
+                            message=f"shapes[{i}].k={s.k} is not a multiple of {word}={step}")
 
 
 def k_pack_target(c: GemmContext) -> Iterator[Violation]:
@@ -383,15 +386,90 @@ def dynamic_m(c: GemmContext) -> Iterator[Violation]:
                                 "shape: remove search or dynamic_m")
 
 
+# split-K (split_k > 1, structure tiled): split s of split_k takes K tiles [s*t, (s+1)*t), t = split_tiles(...),
+# of the ceil(k/block_k) and writes its fp32 partial block to a workspace [split_k, M, N]; a second kernel
+# sums the partials in the fixed order s = 0..split_k-1 and rounds once (gemm_splitk.py.j2)
+SPLIT_K_WORKSPACE_BYTES = 256 * 2**20  # rule split_k_workspace: the fp32 partials the caller allocates
+SPLIT_K_DTYPES = (DType.FP16, DType.BF16, DType.FP8_E4M3)  # gemm_splitk.py.j2; fp32 inputs: gemm_fp32.py.j2
+
+
+def split_tiles(k: int, block_k: int, split_k: int) -> int:
+    """K tiles every split runs: ceil(k / (block_k * split_k)) = ceil(ceil(k / block_k) / split_k); the
+    tiles past ceil(k / block_k) (tail predicated: in the last split) are out of bounds and load as zeros."""
+    return -(-k // (block_k * split_k))
+
+
+def split_k_workspace_bytes(split_k: int, m: int, n: int) -> int:
+    """Bytes of the fp32 workspace of one split-K launch: split_k partial products of C (M x N)."""
+    return split_k * m * n * 4
+
+
+def split_k_rules(c: GemmContext) -> Iterator[Violation]:
+    """Rules split_k_*: what a K split needs. split_k_limit: at most MAX_SPLIT_K splits. split_k_structure:
+    only the tiled structure splits K (gemv's lanes of a column already share K). split_k_tail: not with
+    tail: specialized (its interior and edge kernels would each need a split and a sum). split_k_dtype: fp16,
+    bf16, fp8 inputs (fp32's precision modes have their own template, without a split). split_k_divides
+    (tail none): every k is split_k equal runs of whole K tiles, k % (block_k * split_k) == 0. split_k_tiles
+    (tail predicated): each split runs t = ceil(k / (block_k * split_k)) K tiles, and the last split must still
+    get at least one of the ceil(k / block_k) real ones (the rest of its run, and a ragged last tile, load
+    zeros). split_k_workspace: split_k * m * n fp32 partials within SPLIT_K_WORKSPACE_BYTES.
+    split_k_combination: not with dynamic_m, nor with lds_layout transposed_b where that applies (their
+    templates have no K split)."""
+    sk = c.tuning.split_k
+    if sk == 1:
+        return
+    at = c.at("split_k")
+    if sk > MAX_SPLIT_K:
+        yield Violation(rule="split_k_limit", path=at, value=sk,
+                        message=f"at most {MAX_SPLIT_K} splits of the K range (each writes an fp32 partial of C)")
+    if c.tuning.structure != Structure.TILED:
+        yield Violation(rule="split_k_structure", path=at, value=sk,
+                        message=f"only structure tiled splits K (this is {c.tuning.structure.value}): leave split_k at 1")
+        return
+    if c.spec.tail == TailPolicy.SPECIALIZED:
+        yield Violation(rule="split_k_tail", path=("tail",), value=c.spec.tail.value,
+                        message=f"split_k={sk} needs tail: none or predicated (the specialized interior and edge "
+                                "kernels have no K split)")
+    if c.spec.dtypes.a not in SPLIT_K_DTYPES:
+        yield Violation(rule="split_k_dtype", path=at, value=sk,
+                        message=f"a K split takes {', '.join(d.value for d in SPLIT_K_DTYPES)} inputs, not "
+                                f"{c.spec.dtypes.a.value} (the fp32 precision modes have no split): leave split_k at 1")
+    if c.spec.dynamic_m is not None:
+        yield Violation(rule="split_k_combination", path=at, value=sk,
+                        message="not with dynamic_m yet (the dynamic-M template has no K split): leave split_k at 1")
+    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
+        yield Violation(rule="split_k_combination", path=at, value=sk,
+                        message=f"not with lds_layout transposed_b on {c.hw.target} yet (the transposed-B template has "
+                                "no K split): leave split_k at 1 or use lds_layout: natural")
+    bk = c.tuning.tiling.block_k
+    where = f" on {c.hw.target}" if "overrides" in (c.origin["split_k"][0], c.origin["tiling"][0]) else ""
+    for i, s in enumerate(c.spec.shapes):
+        if c.spec.tail == TailPolicy.NONE and s.k % bk == 0 and s.k % (bk * sk):  # tail_policy reports k % block_k
+            yield Violation(rule="split_k_divides", path=("shapes", i), value=None,
+                            message=f"k={s.k} is not a multiple of block_k*split_k={bk * sk}{where}: every split "
+                                    "takes the same whole K tiles (or set tail: predicated)")
+        tiles, run = -(-s.k // bk), split_tiles(s.k, bk, sk)
+        if c.spec.tail == TailPolicy.PREDICATED and (sk - 1) * run >= tiles:
+            yield Violation(rule="split_k_tiles", path=("shapes", i), value=None,
+                            message=f"k={s.k} is {tiles} K tile(s) of block_k={bk}: split_k={sk} runs of {run} "
+                                    f"leave the last split none{where}: every split needs at least one")
+        need = split_k_workspace_bytes(sk, s.m, s.n)
+        if need > SPLIT_K_WORKSPACE_BYTES:
+            yield Violation(rule="split_k_workspace", path=("shapes", i), value=None,
+                            message=f"split_k={sk} x m={s.m} x n={s.n} fp32 partials need {need} B "
+                                    f"({need / 2**20:g} MiB) of workspace, over {SPLIT_K_WORKSPACE_BYTES // 2**20} MiB{where}")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
     tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
-    lds_layout_applies, lds_layout_tile, dynamic_m,
+    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
-                                     gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m)
+                                     gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
+                                     split_k_rules)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

@@ -59,6 +59,9 @@ class Structure(StrEnum):
     GEMV = "gemv"
 
 
+MAX_SPLIT_K = 64  # rule split_k_limit: workgroups one output tile's K range is split over
+
+
 class Precision(StrEnum):
     """How an fp32-input GEMM forms its products (README "Spec reference", `precision`).
     ieee: true fp32 products (CUDA-core FMA on sm_90, fp32 MFMA on gfx942/gfx950) -- torch's default;
@@ -123,10 +126,12 @@ class GemmTuning(Model):
     k_pack: Literal[1, 2] = 1
     structure: Structure = Structure.TILED
     lds_layout: LdsLayout = LdsLayout.NATURAL
+    split_k: PositiveInt = 1
 
 
 class GemmOverride(Model):
     structure: Structure | None = None
+    split_k: PositiveInt | None = None
     tiling: Tiling | None = None
     pipeline: Pipeline | None = None
     unroll: PositiveInt | None = None
@@ -150,6 +155,9 @@ class GemmSpec(Model):
     k_pack: Literal[1, 2] = 1
     structure: Structure = Structure.TILED
     lds_layout: LdsLayout = LdsLayout.NATURAL  # B's LDS tile on gfx942/gfx950 (rules lds_layout_*)
+    # tiled: workgroups the K range of each output tile is split over (1 = off): fp32 partials in a workspace
+    # [split_k, M, N], summed in a fixed order by a second kernel (rules split_k_*)
+    split_k: PositiveInt = 1
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
@@ -166,7 +174,7 @@ class GemmSpec(Model):
 
 
 GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
-                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout")
+                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 
@@ -194,6 +202,7 @@ STARTER = """\
   k_pack: 1                 # gfx942 only: 1 or 2 MFMA ops packed along K
   # lds_layout: natural     # gfx942/gfx950, layouts nn/tn: natural | transposed_b (B written into LDS as N x K)
   structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
+  split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   tail: none                # none | predicated | specialized
   targets: [gfx942, sm_90]

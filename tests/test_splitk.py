@@ -1,0 +1,273 @@
+"""GEMM split-K (`split_k` > 1 on the tiled structure): its rules with the user's coordinates, unchanged names
+at split_k 1, what its kernels are made of (partial products split along grid z into an fp32 workspace, a
+second kernel that sums them in a fixed order), its derived shapes, and on the CPU its numerics: the
+`dropped_split` control rejected, a split-K emulation verified. Run on the GPU by tests/test_kernels.py."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from numcheck import check_output
+from spectext import FILE, edit, errors
+
+from codegen.families import family
+from codegen.families.gemm.numerics import gemm_derived_shapes, gemm_tolerance
+from codegen.families.gemm.rules import split_tiles
+from codegen.hardware import Target
+from codegen.instance import build_instances
+from codegen.load import parse_specs
+from codegen.lower import lower
+from codegen.pipeline import Project
+from codegen.render import render_all, template_sha256
+from codegen.tune import constrain, expand
+
+BASE = """\
+- name: sk
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16}
+  layout: nt
+  shapes:
+    - {m: 256, n: 256, k: 8192}
+  tiling: {block_m: 128, block_n: 128, block_k: 64, threads: 256}
+  pipeline: {stages: 2}
+  split_k: 4
+  tail: none
+  targets: [gfx942, sm_90]
+"""
+
+MATRIX_CORES = re.compile(r"tl::mma_sync|tl::wgmma|__builtin_amdgcn_mfma")
+
+
+def files(text: str = BASE):
+    return render_all(build_instances(parse_specs(text, FILE)))
+
+
+# ---- rules ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("split_k: 4", "split_k: 65",
+     "specs/x.yaml:9:12: split_k=65: at most 64 splits of the K range (each writes an fp32 partial of C) [split_k_limit]"),
+    ("split_k: 4", "split_k: 0", "specs/x.yaml:9:12: split_k=0: Input should be greater than 0 [greater_than]"),
+    ("  tail: none\n", "  tail: none\n  structure: gemv\n",
+     "specs/x.yaml:9:12: split_k=4: only structure tiled splits K (this is gemv): leave split_k at 1 [split_k_structure]"),
+    ("tail: none", "tail: specialized",
+     ("specs/x.yaml:10:9: tail=specialized: split_k=4 needs tail: none or predicated (the specialized interior and "
+      "edge kernels have no K split) [split_k_tail]")),
+    ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}",
+     ("specs/x.yaml:9:12: split_k=4: a K split takes fp16, bf16, fp8_e4m3 inputs, not fp32 (the fp32 precision "
+      "modes have no split): leave split_k at 1 [split_k_dtype]")),
+    ("k: 8192}", "k: 8256}",
+     ("specs/x.yaml:6:7: shapes[0]: k=8256 is not a multiple of block_k*split_k=256: every split takes the same "
+      "whole K tiles (or set tail: predicated) [split_k_divides]")),
+    ("{m: 256, n: 256, k: 8192}", "{m: 8192, n: 8192, k: 8192}",
+     ("specs/x.yaml:6:7: shapes[0]: split_k=4 x m=8192 x n=8192 fp32 partials need 1073741824 B (1024 MiB) of "
+      "workspace, over 256 MiB [split_k_workspace]")),
+    ("  pipeline: {stages: 2}\n", "  pipeline: {stages: 1}\n  unroll: 2\n",  # 8192 is whole rounds of 64 * 2 * 4
+     None),
+])
+def test_split_k_rules(old, new, expected):
+    text = edit(BASE, old, new)
+    if expected is None:
+        assert files(text)
+        return
+    found = errors(text)
+    assert expected in found, found
+
+
+def test_a_predicated_split_needs_a_real_k_tile_in_every_split():
+    text = edit(BASE, "tail: none", "tail: predicated")
+    # 9 K tiles of 64: runs of ceil(576 / 256) = 3 tiles give the fourth split none
+    found = errors(edit(text, "k: 8192}", "k: 576}"))
+    assert found == [("specs/x.yaml:6:7: shapes[0]: k=576 is 9 K tile(s) of block_k=64: split_k=4 runs of 3 leave "
+                      "the last split none: every split needs at least one [split_k_tiles]")]
+    # 13 tiles, the last ragged: runs of 4, 4, 4 and 1 (+ 3 past K, zeros); k = 8256 (not whole splits) too
+    assert files(edit(text, "k: 8192}", "k: 769}")) and files(edit(text, "k: 8192}", "k: 8256}"))
+
+
+def test_split_k_rules_point_into_an_override_and_name_the_target():
+    text = edit(BASE, "  targets: [gfx942, sm_90]\n",
+                "  targets: [gfx942, sm_90]\n  overrides:\n    sm_90:\n      split_k: 32\n")
+    assert files(text)  # 8192 = 128 tiles of 64: 32 splits of 4 tiles each
+    found = errors(edit(text, "split_k: 32", "split_k: 3"))
+    assert found == [("specs/x.yaml:6:7: shapes[0]: k=8192 is not a multiple of block_k*split_k=192 on sm_90: every "
+                      "split takes the same whole K tiles (or set tail: predicated) [split_k_divides]")]
+    found = errors(edit(text, "split_k: 32", "split_k: 80"))
+    assert ("specs/x.yaml:14:16: overrides.sm_90.split_k=80: at most 64 splits of the K range (each writes an fp32 "
+            "partial of C) [split_k_limit]") in found
+
+
+def test_unroll_counts_whole_rounds_in_each_split():
+    text = edit(BASE, "  pipeline: {stages: 2}\n", "  pipeline: {stages: 1}\n  unroll: 2\n")
+    found = errors(edit(text, "k: 8192}", "k: 8448}"))  # 33 tiles of 256 per split: not whole rounds of 2
+    assert found == [("specs/x.yaml:9:11: unroll=2: shapes[0].k=8448 is not a multiple of "
+                      "block_k*unroll*split_k=512 [unroll_divides]")]
+
+
+def test_split_k_in_a_search_space_is_checked_point_by_point():
+    text = BASE + "  search:\n    sm_90:\n      split_k: [1, 4, 65]\n      pipeline: {stages: [2, 3]}\n"
+    (ls,) = parse_specs(text, FILE)
+    part = constrain(ls, Target.SM_90, expand(ls.spec, Target.SM_90))
+    assert len(part.points) == 6
+    assert part.rejected_by_rule == {"split_k_limit": 2, "split_k_divides": 2}  # 8192 % (64 * 65) != 0 as well
+    kept = {f.instance.split_k for f in part.files.values()}
+    assert kept == {1, 4}
+
+
+# ---- names: split_k 1 is the kernel it always was ------------------------------------------------
+
+def test_split_k_1_renames_nothing_and_the_split_is_in_the_name():
+    plain = files(edit(BASE, "  split_k: 4\n", ""))
+    one = files(edit(BASE, "split_k: 4", "split_k: 1"))
+    assert [f.uri for f in one] == [f.uri for f in plain] and [f.text for f in one] == [f.text for f in plain]
+    for f in one:
+        assert f.instance.template == "gemm.py.j2" and '"split_k"' not in f.instance.canonical("")
+        assert "_sk" not in f.uri and "C_PART" not in f.text
+    split = files()
+    assert [f.uri.replace("_s2_sk4_", "_s2_") for f in split] != [f.uri for f in plain]  # another hash, too
+    assert all("_s2_sk4_" in f.uri and f.instance.template == "gemm_splitk.py.j2" for f in split)
+
+
+def test_committed_seeds_without_a_split_keep_their_template():
+    for f in Project().rendered():
+        if f.instance.op == "gemm" and f.instance.split_k == 1:
+            assert f.instance.template != "gemm_splitk.py.j2" and "split_k" not in f.instance.canonical(""), f.uri
+
+
+# ---- what the kernels are made of ---------------------------------------------------------------
+
+def test_render_has_a_workspace_and_a_fixed_order_sum():
+    for f in files():
+        text = f.text
+        assert "C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)," in text
+        assert text.count("with T.Kernel(") == 2 and "SPLIT_K, threads=THREADS) as (bx, by, bz):" in text
+        assert "for s in T.serial(SPLIT_K):" in text and "T.atomic" not in text
+        assert "T.copy(C_local, C_PART[bz, row0, col0])" in text
+        inst = f.instance
+        assert (inst.reduce_block_m, inst.reduce_block_n) == (8, 128)  # 256 threads x 4 fp32 over 128 columns
+        assert inst.launch_grids((256, 256, 8192)) == ((2, 2, 4), (2, 32, 1))
+        assert inst.metadata(f.uri)["split_k"] == 4
+
+
+@pytest.mark.parametrize("target", [Target.SM_90, Target.GFX942])
+@pytest.mark.parametrize("tail", ["none", "predicated"])
+def test_lowered_kernels_split_k_along_z_and_sum_without_atomics(target, tail):
+    text = edit(BASE, "tail: none", f"tail: {tail}")
+    f = next(f for f in files(text) if f.instance.target == target)
+    shape = (256, 256, 8192) if tail == "none" else (200, 250, 1100)
+    src = lower(f, shape, target).source
+    bodies = re.split(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?', src)
+    product = next(b for b in bodies if b.startswith(f"{f.uri}_kernel(") and "{" in b.split("\n")[0])
+    total = next(b for b in bodies if b.startswith(f"{f.uri}_kernel_1(") and "{" in b.split("\n")[0])
+    assert "blockIdx.z" in product and MATRIX_CORES.search(product) and "C_PART" in product
+    assert not MATRIX_CORES.search(total) and "atomic" not in total.lower()
+    assert re.search(r"for \(int s = 0; s < 4; \+\+s\)", total)  # the partials in order (gfx942 may unroll it)
+    if tail == "predicated":
+        assert re.search(r"< 125\)|< 250\)", total)  # the ragged columns of C (N = 250) are guarded
+
+
+# ---- derived shapes and numerics (CPU) ----------------------------------------------------------
+
+SEEDS = ("gemm_fp16_splitk_narrow", "gemm_bf16_splitk_deep", "gemm_fp16_splitk_decode")
+INSTANCES = [f.instance for f in Project().rendered() if f.instance.name in SEEDS]
+
+
+def test_the_seeds_are_split():
+    assert sorted((i.name, i.target.value, i.split_k) for i in INSTANCES) == [
+        ("gemm_bf16_splitk_deep", "gfx942", 16), ("gemm_bf16_splitk_deep", "sm_90", 8),
+        ("gemm_fp16_splitk_decode", "gfx942", 8), ("gemm_fp16_splitk_decode", "sm_90", 4),
+        ("gemm_fp16_splitk_narrow", "gfx942", 8), ("gemm_fp16_splitk_narrow", "sm_90", 4)]
+
+
+@pytest.mark.parametrize("tail", ["none", "predicated"])
+def test_derived_shapes_are_legal_and_reach_the_split_edges(tail):
+    text = edit(BASE, "tail: none", f"tail: {tail}")
+    for f in files(text):
+        shapes = gemm_derived_shapes(f.instance)
+        grown = edit(text, "    - {m: 256, n: 256, k: 8192}\n",
+                     "".join(f"    - {{m: {m}, n: {n}, k: {k}}}\n" for m, n, k in shapes))
+        build_instances(parse_specs(grown, FILE))  # every derived shape passes every rule
+        if tail == "predicated":
+            bk, sk = f.instance.block_k, f.instance.split_k
+            assert (1, 1, (sk - 1) * bk + 1) in shapes  # one K tile a split, the last of one element
+            # a last run that ends in a tile wholly past K (it loads zeros)
+            assert any(sk * split_tiles(k, bk, sk) > -(-k // bk) for _, _, k in shapes)
+
+
+def _split_emulation(inst, drop: int | None = None):
+    """What the kernel computes: each split's fp32 partial over its run of K tiles, summed in order
+    s = 0..split_k-1 in fp32 (one rounding, to the output dtype, in check_output); `drop`: one split left out."""
+    def out(case, ref):
+        a, b = case.A32, case.B32
+        run = split_tiles(a.shape[1], inst.block_k, inst.split_k) * inst.block_k
+        acc = torch.zeros_like(ref)
+        for s in range(inst.split_k):
+            if s != drop:
+                acc += a[:, s * run:(s + 1) * run] @ b[s * run:(s + 1) * run, :]
+        return acc
+    return out
+
+
+@pytest.mark.parametrize("inst", INSTANCES, ids=lambda i: f"{i.name}-{i.target.value}")
+def test_split_emulation_verifies_and_the_dropped_split_is_rejected(inst):
+    for shape in gemm_derived_shapes(inst):
+        for seed in (0, 1):  # verify's draws on the edge shapes
+            for kind in ("normal", "wide"):
+                status, cmp, controls = check_output(inst, shape, _split_emulation(inst), kind=kind, seed=seed)
+                assert status == "verified", (shape, seed, kind, cmp, controls)
+                assert controls["dropped_split"] == "rejected", (shape, seed, kind, controls)
+                assert all(v == "rejected" or v.startswith("n/a") for v in controls.values()), controls
+
+
+@pytest.mark.parametrize("drop", ["first", "last"])
+def test_a_kernel_that_drops_a_split_fails(drop):
+    inst = next(i for i in INSTANCES if i.name == "gemm_fp16_splitk_decode" and i.target == Target.SM_90)
+    for shape in gemm_derived_shapes(inst):
+        which = 0 if drop == "first" else inst.split_k - 1
+        status, cmp, _ = check_output(inst, shape, _split_emulation(inst, drop=which))
+        assert status == "failed" and cmp.mismatch_ratio > 0, shape
+
+
+def test_the_chunked_check_has_the_dropped_split_control():
+    inst = next(i for i in INSTANCES if i.name == "gemm_fp16_splitk_decode" and i.target == Target.SM_90)
+    shape = (65, 300, 703)  # 2 row blocks x 5 column blocks of 64 at this budget
+    whole = check_output(inst, shape, _split_emulation(inst))
+    chunked = check_output(inst, shape, _split_emulation(inst), max_elements=64 * 703)
+    assert whole[0] == chunked[0] == "verified" and whole[2] == chunked[2]
+    assert chunked[2]["dropped_split"] == "rejected"
+
+
+def test_the_workspace_is_nan_filled_and_passed_between_b_and_c():
+    inst = next(i for i in INSTANCES if i.name == "gemm_fp16_splitk_decode" and i.target == Target.SM_90)
+    fam = family(inst).numerics
+    case = fam.make_inputs(inst, (65, 127, 511), seed=0, kind="normal", device="cpu", run_target=Target.SM_90)
+    (ws,) = case.workspace
+    assert ws.shape == (4, 65, 127) and ws.dtype == torch.float32 and ws.isnan().all()
+    seen = []
+    fam.launch(lambda *args: seen.extend(args), case, "C")
+    assert seen[:2] == [case.A, case.B] and seen[2] is ws and seen[3] == "C"
+    assert "split_k 4: fp32 partials, one rounding" in fam.tolerance(inst, (65, 127, 511), Target.SM_90).describe()
+
+
+def test_the_split_sum_is_well_inside_the_accumulation_term():
+    """The K products of a split GEMM are still summed in fp32, only reassociated: split_k partials of K /
+    split_k products, then their sum (a blocked sum, depth K / split_k + split_k - 1). Against a float64
+    product of the same rounded inputs it stays within a quarter of the modelled 4 u_acc sqrt(K) |A|.|B|."""
+    inst = next(i for i in INSTANCES if i.name == "gemm_bf16_splitk_deep" and i.target == Target.SM_90)
+    g = torch.Generator().manual_seed(0)
+    for m, n, k in ((32, 32, 16384), (16, 16, 65536)):
+        a = torch.randn(m, k, generator=g).bfloat16().float()
+        b = (torch.randn(k, n, generator=g) / k**0.5).bfloat16().float()
+        case = type("Case", (), {"A32": a, "B32": b})()
+        got = _split_emulation(inst)(case, torch.zeros(m, n)).double()
+        exact = a.double() @ b.double()
+        tol = gemm_tolerance(inst, Target.SM_90, k)
+        term = 4 * tol.u_acc * math.sqrt(k) * (a.abs().double() @ b.abs().double())
+        assert ((got - exact).abs() <= 0.25 * term).all()
+
+
+def test_the_split_template_is_its_own_file():
+    fam = family(files()[0].instance)
+    assert template_sha256(fam.template_path, "gemm_splitk.py.j2") != template_sha256(fam.template_path, "gemm.py.j2")
