@@ -271,3 +271,28 @@ def test_the_split_sum_is_well_inside_the_accumulation_term():
 def test_the_split_template_is_its_own_file():
     fam = family(files()[0].instance)
     assert template_sha256(fam.template_path, "gemm_splitk.py.j2") != template_sha256(fam.template_path, "gemm.py.j2")
+
+
+def test_split_k_is_not_combined_with_dynamic_m_or_transposed_b():
+    from spectext import FILE, errors
+
+    from codegen.instance import build_instances
+    from codegen.load import parse_specs
+
+    base = """\
+- name: s
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16}
+  layout: nn
+  shapes:
+    - {m: 256, n: 256, k: 8192}
+  tiling: {block_m: 128, block_n: 128, block_k: 64, threads: 256}
+  split_k: 4
+  tail: predicated
+  targets: [gfx942]
+"""
+    assert build_instances(parse_specs(base, FILE))  # valid alone
+    bt = errors(base.replace("  tail: predicated", "  tail: predicated\n  lds_layout: transposed_b"))
+    assert [e.rsplit(" [", 1)[1] for e in bt] == ["split_k_combination]"]
+    dyn = errors(base.replace("  split_k: 4", "  split_k: 4\n  dynamic_m: {min: 1, max: 512}"))
+    assert "split_k_combination]" in [e.rsplit(" [", 1)[1] for e in dyn]
