@@ -412,3 +412,25 @@ def test_gen_emits_the_tuned_configuration_of_each_fresh_entry(tmp_path):
     write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(stale,)))
     tuned, report = tuned_instances(tmp_path, [ls], [Target.SM_90])
     assert tuned == [] and [f.reason for f in report.stale] == ["stale: versions changed: tilelang 0.0.1 -> 0.1.15"]
+
+
+def test_a_top_level_amd_only_value_does_not_break_the_sm90_hand_configuration():
+    """k_pack: 2 at top level is for the spec's AMD target; tuning sm_90 alone must not refuse it (the H200 tune
+    of gemm_fp16_splitk_narrow failed with "the hand configuration breaks k_pack_target on sm_90")."""
+    text = """\
+- name: g
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16}
+  layout: nt
+  shapes:
+    - {m: 256, n: 256, k: 1024}
+  tiling: {block_m: 128, block_n: 128, block_k: 64, threads: 256}
+  k_pack: 2
+  targets: [gfx942, sm_90]
+  search:
+    sm_90:
+      pipeline: {stages: [2, 3]}
+"""
+    (ls,) = parse_specs(text, FILE)
+    part = constrain(ls, Target.SM_90, expand(ls.spec, Target.SM_90))
+    assert len(part.files) == 2 and not part.rejected_by_rule  # stages 2 (the hand configuration) and 3
