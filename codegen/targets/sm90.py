@@ -417,6 +417,8 @@ TARGET = TargetSpec(
     supports_k_pack=False,
     explicit_pipeline_schedule=False,  # TileLang schedules num_stages itself (TMA + mbarriers)
     reduce_workspace_in_lds=False,  # warp shuffles only
+    warp_specialization=True,  # T.tma_copy + mbarriers, T.dec/inc_max_nreg, T.wgmma_gemm + T.wait_wgmma
+    warp_specialization_note="",
     source_suffix=".cu",
     # raw fp32 bits fed to TileLang's mma_sync<kTensorFloat32> (T.gemm of fp32 tiles): the tensor core reads
     # them as tf32, dropping the low 13 mantissa bits -- truncation, relative error < 2^-10 per operand
