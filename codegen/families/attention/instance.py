@@ -29,9 +29,8 @@ ATTENTION_LOOP_COMPUTE = 11
 # The decode template's KV loop: the same two copies, then the mask, S = Q.K^T and the online-softmax
 # update with its -inf guards (a row of a split may see no key yet), O += P.V: 12 statements.
 DECODE_LOOP_COMPUTE = 12
-TEMPLATES = {(AttentionVariant.PREFILL, AttentionSchedule.DEFAULT): "attention.py.j2",
-             (AttentionVariant.DECODE, AttentionSchedule.DEFAULT): "attention_decode.py.j2",
-             (AttentionVariant.PREFILL, AttentionSchedule.WS): "attention_ws.py.j2"}
+TEMPLATES = {AttentionVariant.PREFILL: "attention.py.j2", AttentionVariant.DECODE: "attention_decode.py.j2"}
+WS_TEMPLATE = "attention_ws.py.j2"  # schedule ws, prefill only (rule ws_variant)
 # where query row i's last visible key sits relative to i, as an expression of make_kernel's arguments
 CAUSAL_SHIFT = {CausalMask.TOP_LEFT: "0", CausalMask.BOTTOM_RIGHT: "seq_kv - seq_q"}
 LOG2E = 1.4426950408889634
@@ -170,15 +169,18 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
     scale = spec.softmax_scale if spec.softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
     ws = tuning.schedule == AttentionSchedule.WS
     consumers = ws_consumers(t.block_m) if ws else 0
+    # build_instances makes the instance before it reports the rules: decode + ws (refused by ws_variant) or a
+    # block_m under 64 (ws_tiles) still gets one, never rendered
+    template = WS_TEMPLATE if ws and spec.variant == AttentionVariant.PREFILL else TEMPLATES[spec.variant]
     return AttentionInstance(
-        name=spec.name, target=target.target, spec_file=spec_file, template=TEMPLATES[spec.variant, tuning.schedule],
+        name=spec.name, target=target.target, spec_file=spec_file, template=template,
         shapes=tuple((s.batch, s.heads, s.kv_heads, s.seq_q, s.seq_kv) for s in spec.shapes),
         in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
         accum_dtype=hw.tilelang_dtypes[d.accumulate], spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
         head_dim=spec.head_dim, mask=spec.causal, variant=spec.variant, split_kv=tuning.split_kv, softmax_scale=scale,
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,
-        ws_producer_nreg=WS_PRODUCER_NREG if ws else 0, ws_consumer_nreg=ws_consumer_nreg(hw, consumers) if ws else 0,
+        ws_producer_nreg=WS_PRODUCER_NREG if ws else 0, ws_consumer_nreg=ws_consumer_nreg(hw, consumers) if consumers else 0,
         tail=spec.tail,
         allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=attention_lds_bytes(spec, tuning, target),

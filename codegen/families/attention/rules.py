@@ -212,10 +212,16 @@ def attn_ws_variant(c: AttentionContext) -> Iterator[Violation]:
                         message=f"schedules the prefill KV loop only: variant {c.spec.variant.value} takes schedule: default")
 
 
+def _ws_applies(c: AttentionContext) -> bool:
+    """schedule ws where it can exist (ws_target and ws_variant report the rest once)."""
+    return (c.tuning.schedule == AttentionSchedule.WS and c.target.warp_specialization
+            and c.spec.variant == AttentionVariant.PREFILL)
+
+
 def attn_ws_tiles(c: AttentionContext) -> Iterator[Violation]:
     """Rule ws_tiles: block_m = 64 x consumer warpgroups (2 or 3), threads = 128 x (1 producer + consumers),
     2 K/V slots (pipeline.stages 2), block_n <= 256 (TMA box, wgmma N)."""
-    if c.tuning.schedule != AttentionSchedule.WS or not c.target.warp_specialization:
+    if not _ws_applies(c):
         return
     t, rows = c.tuning.tiling, WS_ROWS_PER_CONSUMER
     consumers = ws_consumers(t.block_m)
@@ -238,7 +244,7 @@ def attn_ws_tiles(c: AttentionContext) -> Iterator[Violation]:
 
 def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
     """Rule ws_registers: S, P and O of one consumer thread must fit the registers setmaxnreg gives it."""
-    if c.tuning.schedule != AttentionSchedule.WS or not c.target.warp_specialization:
+    if not _ws_applies(c):
         return
     t = c.tuning.tiling
     consumers = ws_consumers(t.block_m)
