@@ -491,8 +491,8 @@ def test_ws_rules(text, message):
 
 def test_ws_refuses_decode():
     text = edit(edit(DECODE, "threads: 128", "threads: 384"), "split_kv: 16", "split_kv: 16\n  schedule: ws")
-    assert errors(text) == ["specs/x.yaml:11:13: schedule=ws: schedules the prefill KV loop only: variant decode takes "
-                            "schedule: default [ws_variant]"]
+    assert errors(text) == [("specs/x.yaml:11:13: schedule=ws: schedules the prefill KV loop only: variant decode takes "
+                             "schedule: default [ws_variant]")]
 
 
 def test_ws_override_keeps_gfx942_on_the_default_schedule():
