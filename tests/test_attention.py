@@ -117,7 +117,7 @@ def test_causal_skips_the_blocks_above_the_diagonal(target):
 
 # ---- the checker, on the CPU ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", sorted({n for n, _ in FILES}))
+@pytest.mark.parametrize("name", sorted({n for n, t in FILES if t == "gfx942"}))
 def test_gfx942_program_lowers_for_the_sm90_logiccheck_output(name):
     # `tilegen verify` on the H200 also runs each gfx942 program (CUDA target) as a check of its logic;
     # a 64-row query block over 256 threads lowered for HIP but not for CUDA (8 rows per 32-lane warp, under one 16-row MMA tile)
@@ -444,3 +444,100 @@ def test_decode_bytes_are_the_kv_cache():
     qo = 2 * 8 * 1 * 32 * 128 * 2
     assert ATTENTION.bytes(inst, (8, 32, 8, 1, 32768)) == kv + qo
     assert ATTENTION.flops(inst, (8, 32, 8, 1, 32768)) == 4.0 * 8 * 32 * 32768 * 128
+
+
+# ---- schedule ws (attention_ws.py.j2, sm_90) ---------------------------------------------------------
+
+WS = edit(edit(BASE, "threads: 256", "threads: 384"), "tail: none", "tail: none\n  schedule: ws")
+
+
+def test_ws_instance_and_default_keeps_its_name():
+    (inst,) = build_instances(parse_specs(WS, FILE))
+    assert (inst.template, inst.schedule, inst.ws_consumers, inst.ws_producer_nreg, inst.ws_consumer_nreg) == (
+        "attention_ws.py.j2", "ws", 2, 24, 240)
+    assert inst.stem() == "attn_fp16_d128_128x64_t384_s2_ws" and inst.launch_grids((1, 8, 2, 512, 512)) == ((4, 8, 1),)
+    assert inst.metadata("u")["ws"] == {"consumer_warpgroups": 2, "producer_max_nreg": 24, "consumer_max_nreg": 240}
+    # schedule: default is the kernel of a spec without the field: same name, same metadata (no schedule key)
+    plain, default = (render_all(build_instances(parse_specs(t, FILE)))[0]
+                      for t in (BASE, edit(BASE, "tail: none", "tail: none\n  schedule: default")))
+    assert plain.uri == default.uri and plain.text == default.text and "schedule" not in plain.instance.metadata("u")
+    # three consumer warpgroups (block_m 192, 512 threads) share what the producer leaves: 160 registers each
+    (three,) = build_instances(parse_specs(edit(edit(WS, "block_m: 128", "block_m: 192"), "threads: 384", "threads: 512")
+                                           .replace("seq_q: 512", "seq_q: 576").replace("head_dim: 128", "head_dim: 64"), FILE))
+    assert (three.ws_consumers, three.ws_consumer_nreg) == (3, 160)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(WS, "targets: [sm_90]", "targets: [gfx942]").replace("block_n: 64", "block_n: 16"),
+     ("specs/x.yaml:10:13: schedule=ws: not possible on gfx942: it needs TMA, mbarrier transactions, setmaxnreg and "
+      "asynchronous wgmma (Hopper instructions; the HIP backend has none of them); use schedule: default there "
+      "(overrides.gfx942.schedule) or drop gfx942 from targets [ws_target]")),
+    (edit(WS, "threads: 384", "threads: 256"),
+     ("specs/x.yaml:7:48: tiling.threads=256: schedule ws at block_m 128 runs 384 threads: one producer warpgroup and "
+      "2 consumer warpgroups of 128 [ws_tiles]")),
+    (edit(WS, "block_m: 128", "block_m: 256"),
+     ("specs/x.yaml:7:21: tiling.block_m=256: schedule ws takes block_m 128 or 192: 64 query rows per consumer "
+      "warpgroup, 2 or 3 of them [ws_tiles]")),
+    (edit(WS, "stages: 2", "stages: 3"),
+     ("specs/x.yaml:8:22: pipeline.stages=3: schedule ws double-buffers K and V (one full and one empty mbarrier per "
+      "slot): stages must be 2 [ws_tiles]")),
+    (edit(edit(WS, "block_n: 64", "block_n: 256"), "head_dim: 128", "head_dim: 64"),
+     ("specs/x.yaml:7:35: tiling.block_n=256: a consumer thread would hold about 256 registers (S, P and O of 64 x 256 "
+      "keys at head_dim 64, + 32), over the 240 setmaxnreg gives each of 2 consumer warpgroups on sm_90 [ws_registers]")),
+])
+def test_ws_rules(text, message):
+    assert errors(text) == [message]
+
+
+def test_ws_refuses_decode():
+    text = edit(edit(DECODE, "threads: 128", "threads: 384"), "split_kv: 16", "split_kv: 16\n  schedule: ws")
+    assert errors(text) == [("specs/x.yaml:11:13: schedule=ws: schedules the prefill KV loop only: variant decode takes "
+                             "schedule: default [ws_variant]")]
+
+
+def test_ws_override_keeps_gfx942_on_the_default_schedule():
+    text = edit(WS, "targets: [sm_90]", "targets: [gfx942, sm_90]\n  overrides:\n    gfx942:\n      schedule: default\n"
+                "      tiling: {block_m: 64, block_n: 16, threads: 256}")
+    by_target = {i.target.value: i for i in build_instances(parse_specs(text, FILE))}
+    assert (by_target["gfx942"].schedule, by_target["sm_90"].schedule) == ("default", "ws")
+    assert by_target["gfx942"].template == "attention.py.j2" and by_target["sm_90"].template == "attention_ws.py.j2"
+
+
+def test_search_space_takes_the_schedule():
+    from codegen.tune import space_of
+
+    text = WS + "  search:\n    sm_90:\n      schedule: [default, ws]\n"
+    (loaded,) = parse_specs(text, FILE)
+    assert ("schedule", ["default", "ws"]) in space_of(loaded.spec, loaded.spec.targets[0])
+
+
+WS_NAMES = sorted(n for n, t in FILES if t == "sm_90" and n.endswith("_ws"))
+
+
+def test_the_ws_seeds_are_sm90_only():
+    assert WS_NAMES == ["attn_bf16_gqa_causal_ws", "attn_fp16_d128_causal_ws", "attn_fp16_d128_ws", "attn_fp16_d64_causal_ws"]
+    assert not [n for n, t in FILES if t != "sm_90" and n.endswith("_ws")]
+
+
+@pytest.mark.parametrize(("name", "shape"), [("attn_fp16_d128_causal_ws", (1, 4, 2, 512, 512)),
+                                             ("attn_fp16_d128_ws", (1, 4, 4, 256, 384))])
+def test_ws_lowers_to_a_producer_and_two_consumers(name, shape):
+    src = lower(FILES[(name, "sm_90")], shape, "sm_90").source
+    assert "__launch_bounds__(384, 1)" in src
+    assert src.count("tl::warpgroup_reg_dealloc<24>()") == 1 and src.count("tl::warpgroup_reg_alloc<240>()") == 2
+    assert "if (((int)threadIdx.x) < 128)" in src and "if (((int)threadIdx.x) < 256)" in src
+    # empty barriers wait for both consumer warpgroups; S is waited for with P.V still in flight
+    assert src.count(".init(256);") == 4 and src.count(".init(128);") == 6
+    assert src.count("tl::wait_wgmma<1>()") == 2 and "wgmma_rs" in src and "wgmma_ss" in src
+    assert src.count("__syncthreads()") == 1  # once, after the barriers' init: none inside a role
+    if "causal" in name:  # the mask (an if_then_else: `condval`) sits behind each consumer's diagonal test
+        assert src.count("float condval") == 2 and src.count("- kb_1) < 1)") == 1 and src.count("- kb_2) < 1)") == 1
+    else:
+        assert "condval" not in src  # a block multiple without a causal mask: no mask at all
+
+
+def test_ws_ragged_tail_lowers():
+    text = edit(WS, "tail: none", "tail: predicated").replace("seq_q: 512, seq_kv: 512", "seq_q: 500, seq_kv: 500")
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    src = lower(f, (1, 8, 2, 500, 500), "sm_90").source
+    assert "tl::wait_wgmma<1>()" in src and "CUDART_INF_F" in src

@@ -425,6 +425,9 @@ def target_spec(hw: Hardware, *, find_toolchain: Callable[..., AmdToolchain],
         gemm_lds_layouts=("natural", "transposed_b"),
         explicit_pipeline_schedule=True,  # TileLang 0.1.15 ignores num_stages on HIP
         reduce_workspace_in_lds=True,  # seen in the lowered source: a `workspace` buffer per reduction
+        warp_specialization=False,
+        warp_specialization_note="it needs TMA, mbarrier transactions, setmaxnreg and asynchronous wgmma "
+                                 "(Hopper instructions; the HIP backend has none of them)",
         source_suffix=".hip",
         mma_input_roundoff=MappingProxyType({}),  # fp16/bf16/fp8/fp32 enter the MFMA exactly
         mma_accumulator_roundoff=MappingProxyType({}),

@@ -163,6 +163,10 @@ class TargetSpec:
     gemm_lds_layouts: tuple[str, ...]
     explicit_pipeline_schedule: bool  # T.Pipelined(num_stages) is a plain loop here: emit order/stage lists
     reduce_workspace_in_lds: bool  # T.reduce_max / T.reduce_sum take one fp32 per thread of LDS each
+    # hand-written warp specialization (TMA loads on mbarriers, setmaxnreg, asynchronous wgmma with
+    # wait_wgmma): the attention schedule `ws`; the note says why not where it is False (rule ws_target)
+    warp_specialization: bool
+    warp_specialization_note: str
     source_suffix: str  # of the lowered device source (".hip", ".cu")
     # numerics of the matrix cores, for verify's GEMM tolerance
     # keyed by the input dtype: its rounding inside the MMA (tf32 for fp32 inputs; absent: enters exactly),

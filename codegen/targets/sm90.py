@@ -418,6 +418,8 @@ TARGET = TargetSpec(
     gemm_lds_layouts=("natural",),  # wgmma reads a K x N tile through its own (transposed) descriptor
     explicit_pipeline_schedule=False,  # TileLang schedules num_stages itself (TMA + mbarriers)
     reduce_workspace_in_lds=False,  # warp shuffles only
+    warp_specialization=True,  # T.tma_copy + mbarriers, T.dec/inc_max_nreg, T.wgmma_gemm + T.wait_wgmma
+    warp_specialization_note="",
     source_suffix=".cu",
     # raw fp32 bits fed to TileLang's mma_sync<kTensorFloat32> (T.gemm of fp32 tiles): the tensor core reads
     # them as tf32, dropping the low 13 mantissa bits -- truncation, relative error < 2^-10 per operand

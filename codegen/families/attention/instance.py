@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from codegen.families.attention.rules import attention_lds_bytes
-from codegen.families.attention.spec import AttentionSpec, AttentionVariant, CausalMask
+from codegen.families.attention.rules import (
+    WS_PRODUCER_NREG,
+    WS_ROWS_PER_CONSUMER,
+    WS_WARPGROUP_THREADS,
+    attention_lds_bytes,
+    ws_consumer_nreg,
+    ws_consumers,
+)
+from codegen.families.attention.spec import AttentionSchedule, AttentionSpec, AttentionVariant, CausalMask
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.hardware import Target
 from codegen.spec import TailPolicy
@@ -22,6 +30,7 @@ ATTENTION_LOOP_COMPUTE = 11
 # update with its -inf guards (a row of a split may see no key yet), O += P.V: 12 statements.
 DECODE_LOOP_COMPUTE = 12
 TEMPLATES = {AttentionVariant.PREFILL: "attention.py.j2", AttentionVariant.DECODE: "attention_decode.py.j2"}
+WS_TEMPLATE = "attention_ws.py.j2"  # schedule ws, prefill only (rule ws_variant)
 # where query row i's last visible key sits relative to i, as an expression of make_kernel's arguments
 CAUSAL_SHIFT = {CausalMask.TOP_LEFT: "0", CausalMask.BOTTOM_RIGHT: "seq_kv - seq_q"}
 LOG2E = 1.4426950408889634
@@ -35,6 +44,11 @@ class AttentionInstance(InstanceBase):
     """FlashAttention-style forward for one target: O = softmax(scale * Q.K^T [masked]) . V, KV blocks
     streamed with an online softmax. prefill: one workgroup per (query block, head, batch); decode: one
     per (KV split, K/V head's packed rows, batch), then a combine kernel over the splits."""
+
+    # added after kernels were named: at these values (schedule default) they stay out of the configuration
+    # hash, so adding the schedule renamed no existing kernel
+    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"schedule": AttentionSchedule.DEFAULT.value, "ws_consumers": 0,
+                                                      "ws_producer_nreg": 0, "ws_consumer_nreg": 0}
 
     name: str
     target: Target
@@ -57,6 +71,10 @@ class AttentionInstance(InstanceBase):
     stages: int
     pipeline_order: tuple[int, ...] | None  # explicit schedule (explicit_pipeline_schedule); None = num_stages
     pipeline_stage: tuple[int, ...] | None
+    schedule: AttentionSchedule  # default (TileLang's pipeline) or ws (attention_ws.py.j2, sm_90)
+    ws_consumers: int  # ws: consumer warpgroups of 64 query rows (block_m / 64); 0 for default
+    ws_producer_nreg: int  # ws: setmaxnreg of the producer warpgroup / of each consumer warpgroup; 0 for default
+    ws_consumer_nreg: int
     tail: TailPolicy
     allow_spills: bool
     min_waves_per_simd: int | None
@@ -80,8 +98,9 @@ class AttentionInstance(InstanceBase):
         causal = {CausalMask.NONE: "", CausalMask.TOP_LEFT: "_causal", CausalMask.BOTTOM_RIGHT: "_causalbr"}[self.mask]
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
         split = f"_k{self.split_kv}" if self.variant == AttentionVariant.DECODE else ""
+        ws = "_ws" if self.schedule == AttentionSchedule.WS else ""
         return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
-                f"_t{self.threads}_s{self.stages}{split}{tail_tag(self.tail)}")
+                f"_t{self.threads}_s{self.stages}{split}{ws}{tail_tag(self.tail)}")
 
     def template_vars(self) -> dict[str, object]:
         loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)
@@ -92,6 +111,9 @@ class AttentionInstance(InstanceBase):
             "scale_literal": repr(self.softmax_scale),
             "scale_log2_literal": repr(self.softmax_scale * LOG2E),
             "causal_shift": CAUSAL_SHIFT.get(self.mask, "0"),
+            "consumers": tuple(range(self.ws_consumers)),
+            "warpgroup_threads": WS_WARPGROUP_THREADS,
+            "rows_per_consumer": WS_ROWS_PER_CONSUMER,
         }
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
@@ -117,6 +139,10 @@ class AttentionInstance(InstanceBase):
             "pipeline": {"stages": self.stages,
                          "order": list(self.pipeline_order) if self.pipeline_order else None,
                          "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
+            **({"schedule": self.schedule.value, "ws": {"consumer_warpgroups": self.ws_consumers,
+                                                         "producer_max_nreg": self.ws_producer_nreg,
+                                                         "consumer_max_nreg": self.ws_consumer_nreg}}
+               if self.schedule != AttentionSchedule.DEFAULT else {}),
             "tail": self.tail.value, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
             "lds_bytes": self.lds_bytes,
         }
@@ -125,7 +151,8 @@ class AttentionInstance(InstanceBase):
         split = f"decode, split_kv {self.split_kv}, " if self.variant == AttentionVariant.DECODE else ""
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
-                "schedule": f"{split}stages {self.stages}", "tail": self.tail.value}
+                "schedule": f"{split}{'ws, ' if self.schedule == AttentionSchedule.WS else ''}stages {self.stages}",
+                "tail": self.tail.value}
 
     def dtype_label(self) -> str:
         return "/".join(self.spec_dtypes[:2])
@@ -140,14 +167,21 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
     order, stage = explicit_schedule(target, stages, ATTENTION_LOOP_COPIES, compute)
     d = spec.dtypes
     scale = spec.softmax_scale if spec.softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
+    ws = tuning.schedule == AttentionSchedule.WS
+    consumers = ws_consumers(t.block_m) if ws else 0
+    # build_instances makes the instance before it reports the rules: decode + ws (refused by ws_variant) or a
+    # block_m under 64 (ws_tiles) still gets one, never rendered
+    template = WS_TEMPLATE if ws and spec.variant == AttentionVariant.PREFILL else TEMPLATES[spec.variant]
     return AttentionInstance(
-        name=spec.name, target=target.target, spec_file=spec_file, template=TEMPLATES[spec.variant],
+        name=spec.name, target=target.target, spec_file=spec_file, template=template,
         shapes=tuple((s.batch, s.heads, s.kv_heads, s.seq_q, s.seq_kv) for s in spec.shapes),
         in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
         accum_dtype=hw.tilelang_dtypes[d.accumulate], spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
         head_dim=spec.head_dim, mask=spec.causal, variant=spec.variant, split_kv=tuning.split_kv, softmax_scale=scale,
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
-        pipeline_order=order, pipeline_stage=stage, tail=spec.tail,
+        pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,
+        ws_producer_nreg=WS_PRODUCER_NREG if ws else 0, ws_consumer_nreg=ws_consumer_nreg(hw, consumers) if consumers else 0,
+        tail=spec.tail,
         allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=attention_lds_bytes(spec, tuning, target),
         tilelang_target=tilelang_target(target), uses_rocm_gemm=target.gemm_fn == "rocm_gemm",

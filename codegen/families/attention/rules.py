@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from codegen.families.attention.spec import (
     ATTENTION_HEAD_DIMS,
+    AttentionSchedule,
     AttentionSpec,
     AttentionTuning,
     AttentionVariant,
@@ -45,6 +46,38 @@ def attention_lds_bytes(spec: AttentionSpec, tuning: AttentionTuning, target: Ta
 
 
 AttentionRule = Callable[[AttentionContext], Iterator[Violation]]
+
+
+# ---- schedule ws (attention_ws.py.j2): one TMA producer warpgroup + block_m/64 consumer warpgroups -------
+WS_WARPGROUP_THREADS = 128  # a Hopper warpgroup: 4 warps; wgmma runs per warpgroup
+WS_ROWS_PER_CONSUMER = 64  # query rows of one consumer warpgroup: the M of one wgmma
+WS_CONSUMERS = (2, 3)  # consumer warpgroups: block_m 128 (FA3's D128 tile) or 192 (FA3's D64 tile)
+WS_SLOTS = 2  # K and V buffers in flight: the producer fills slot kb % 2 while the consumers read the other
+WS_MAX_BLOCK_N = 256  # a TMA box holds at most 256 rows; wgmma N is at most 256
+WS_PRODUCER_NREG = 24  # setmaxnreg of the producer warpgroup (it only issues TMA)
+SETMAXNREG_MAX, SETMAXNREG_STEP = 240, 8  # what this template asks a consumer for: at most 240, a multiple of 8
+# consumer registers beyond S, P and O: row statistics (5 fp32 per 8 rows), loop and barrier indices, wgmma
+# descriptors and addresses -- an estimate; build's spill count is the check
+WS_REGISTER_RESERVE = 32
+
+
+def ws_consumers(block_m: int) -> int:
+    return block_m // WS_ROWS_PER_CONSUMER
+
+
+def ws_consumer_nreg(hw, consumers: int) -> int:
+    """setmaxnreg of each consumer warpgroup: the register file left after the producer's 24, shared by the
+    consumers, rounded down to setmaxnreg's step of 8, at most 240 (2 consumers: 240, 3: 160)."""
+    per_sm = hw.register_file_bytes_per_cu // 4 // WS_WARPGROUP_THREADS
+    share = (per_sm - WS_PRODUCER_NREG) // consumers
+    return min(SETMAXNREG_MAX, share - share % SETMAXNREG_STEP)
+
+
+def ws_register_estimate(block_n: int, head_dim: int) -> int:
+    """32-bit registers one consumer thread holds for its 64 rows: S (64 x block_n fp32), P (16-bit, half
+    as many), O (64 x head_dim fp32), each over 128 threads, plus WS_REGISTER_RESERVE."""
+    rows = WS_ROWS_PER_CONSUMER
+    return (rows * block_n + rows * block_n // 2 + rows * head_dim) // WS_WARPGROUP_THREADS + WS_REGISTER_RESERVE
 
 
 def attn_dtype_supported(c: AttentionContext) -> Iterator[Violation]:
@@ -89,6 +122,8 @@ def attn_mma_shape(c: AttentionContext) -> Iterator[Violation]:
                         message=f"must be a multiple of {n_step} (the N and K of the {word})")
     if t.threads % hw.wave_lanes or not hw.min_threads <= t.threads <= hw.max_threads_per_workgroup:
         return  # wave_multiple reports the thread count
+    if c.tuning.schedule == AttentionSchedule.WS:
+        return  # ws_tiles: the consumer warpgroups own 64 rows each (4 warps x 16-row wgmma tiles)
     waves = t.threads // hw.wave_lanes
     if t.block_m % (waves * mma.m):
         yield Violation(rule="mma_shape", path=c.at("tiling", "block_m"), value=t.block_m,
@@ -162,9 +197,71 @@ def attn_causal_alignment(c: AttentionContext) -> Iterator[Violation]:
                                     f"{s.seq_q - s.seq_kv} queries would see no key")
 
 
+def attn_ws_target(c: AttentionContext) -> Iterator[Violation]:
+    """Rule ws_target: the ws schedule is written in Hopper instructions (TargetSpec.warp_specialization)."""
+    if c.tuning.schedule == AttentionSchedule.WS and not c.target.warp_specialization:
+        yield Violation(rule="ws_target", path=c.at("schedule"), value=c.tuning.schedule.value,
+                        message=f"not possible on {c.hw.target}: {c.target.warp_specialization_note}; use schedule: "
+                                f"default there (overrides.{c.hw.target}.schedule) or drop {c.hw.target} from targets")
+
+
+def attn_ws_variant(c: AttentionContext) -> Iterator[Violation]:
+    """Rule ws_variant: ws schedules the prefill KV loop; decode has its own split-KV template."""
+    if c.tuning.schedule == AttentionSchedule.WS and c.spec.variant != AttentionVariant.PREFILL:
+        yield Violation(rule="ws_variant", path=c.at("schedule"), value=c.tuning.schedule.value,
+                        message=f"schedules the prefill KV loop only: variant {c.spec.variant.value} takes schedule: default")
+
+
+def _ws_applies(c: AttentionContext) -> bool:
+    """schedule ws where it can exist (ws_target and ws_variant report the rest once)."""
+    return (c.tuning.schedule == AttentionSchedule.WS and c.target.warp_specialization
+            and c.spec.variant == AttentionVariant.PREFILL)
+
+
+def attn_ws_tiles(c: AttentionContext) -> Iterator[Violation]:
+    """Rule ws_tiles: block_m = 64 x consumer warpgroups (2 or 3), threads = 128 x (1 producer + consumers),
+    2 K/V slots (pipeline.stages 2), block_n <= 256 (TMA box, wgmma N)."""
+    if not _ws_applies(c):
+        return
+    t, rows = c.tuning.tiling, WS_ROWS_PER_CONSUMER
+    consumers = ws_consumers(t.block_m)
+    if t.block_m % rows or consumers not in WS_CONSUMERS:
+        yield Violation(rule="ws_tiles", path=c.at("tiling", "block_m"), value=t.block_m,
+                        message=f"schedule ws takes block_m {' or '.join(str(rows * n) for n in WS_CONSUMERS)}: "
+                                f"{rows} query rows per consumer warpgroup, {' or '.join(map(str, WS_CONSUMERS))} of them")
+    elif t.threads != WS_WARPGROUP_THREADS * (1 + consumers):
+        yield Violation(rule="ws_tiles", path=c.at("tiling", "threads"), value=t.threads,
+                        message=f"schedule ws at block_m {t.block_m} runs {WS_WARPGROUP_THREADS * (1 + consumers)} "
+                                f"threads: one producer warpgroup and {consumers} consumer warpgroups of {WS_WARPGROUP_THREADS}")
+    if c.tuning.pipeline.stages != WS_SLOTS:
+        yield Violation(rule="ws_tiles", path=c.at("pipeline", "stages"), value=c.tuning.pipeline.stages,
+                        message=f"schedule ws double-buffers K and V (one full and one empty mbarrier per slot): "
+                                f"stages must be {WS_SLOTS}")
+    if t.block_n > WS_MAX_BLOCK_N:
+        yield Violation(rule="ws_tiles", path=c.at("tiling", "block_n"), value=t.block_n,
+                        message=f"over {WS_MAX_BLOCK_N}: one TMA box and one wgmma N hold at most {WS_MAX_BLOCK_N} keys")
+
+
+def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
+    """Rule ws_registers: S, P and O of one consumer thread must fit the registers setmaxnreg gives it."""
+    if not _ws_applies(c):
+        return
+    t = c.tuning.tiling
+    consumers = ws_consumers(t.block_m)
+    if t.block_m % WS_ROWS_PER_CONSUMER or consumers not in WS_CONSUMERS:
+        return  # ws_tiles reports it
+    need, have = ws_register_estimate(t.block_n, c.spec.head_dim), ws_consumer_nreg(c.hw, consumers)
+    if need > have:
+        yield Violation(rule="ws_registers", path=c.at("tiling", "block_n"), value=t.block_n,
+                        message=f"a consumer thread would hold about {need} registers (S, P and O of 64 x {t.block_n} "
+                                f"keys at head_dim {c.spec.head_dim}, + {WS_REGISTER_RESERVE}), over the {have} setmaxnreg "
+                                f"gives each of {consumers} consumer warpgroups on {c.hw.target}")
+
+
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
-    attn_tail_policy, attn_split_kv, attn_causal_alignment,
+    attn_tail_policy, attn_split_kv, attn_causal_alignment, attn_ws_target, attn_ws_variant, attn_ws_tiles,
+    attn_ws_registers,
 )
 
 

@@ -63,6 +63,17 @@ class AttentionVariant(StrEnum):
     DECODE = "decode"  # split KV: GQA-packed rows, split_kv partial outputs + log-sum-exp, a combine kernel
 
 
+class AttentionSchedule(StrEnum):
+    """How a prefill kernel's KV loop is scheduled. default: the template TileLang pipelines itself
+    (num_stages; on sm_90 its automatic producer/consumer warp specialization). ws (sm_90 only): written
+    warp-specialized, FA3 style: a TMA producer warpgroup and block_m/64 consumer warpgroups of 64 query
+    rows each, explicit full/empty mbarriers per K/V slot, setmaxnreg, and asynchronous wgmma so the
+    softmax of KV block k runs while P.V of block k-1 is in flight."""
+
+    DEFAULT = "default"
+    WS = "ws"
+
+
 class AttentionShape(Model):
     batch: PositiveInt
     heads: PositiveInt
@@ -83,12 +94,14 @@ class AttentionTuning(Model):
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
     split_kv: PositiveInt = 1
+    schedule: AttentionSchedule = AttentionSchedule.DEFAULT
 
 
 class AttentionOverride(Model):
     tiling: AttentionTiling | None = None
     pipeline: Pipeline | None = None
     split_kv: PositiveInt | None = None
+    schedule: AttentionSchedule | None = None
 
 
 class AttentionSpec(Model):
@@ -103,6 +116,7 @@ class AttentionSpec(Model):
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
     split_kv: PositiveInt = 1  # decode: workgroups the KV sequence of one (batch, K/V head) is split over
+    schedule: AttentionSchedule = AttentionSchedule.DEFAULT  # prefill KV loop: default or ws (sm_90, rule ws_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -116,7 +130,7 @@ class AttentionSpec(Model):
         return resolve_tuning(self, AttentionTuning, target)
 
 
-ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages", "split_kv")
+ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages", "split_kv", "schedule")
 AttentionSearch = search_model("AttentionSearch", AttentionSpec, ATTENTION_TUNABLES)
 AttentionSpec.model_rebuild()
 
