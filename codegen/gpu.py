@@ -152,10 +152,11 @@ def compile_tasks(jobs: list[tuple[RenderedFile, tuple]]) -> dict[tuple[str, tup
 
 
 def precompile(jobs: list[tuple[RenderedFile, tuple]], run_target: Target, *, workers: int, progress=None,
-               on_result=None) -> dict:
+               on_result=None, on_pool=None) -> dict:
     """Compile every (kernel, shape) into TileLang's disk cache in parallel, once per compile shape (a dynamic-M
     kernel once for all its M); {(uri, shape): error} for every job of a failed compile. As each compile
-    ends, for each of its jobs: progress() and on_result(index into jobs, error or "")."""
+    ends, for each of its jobs: progress() and on_result(index into jobs, error or ""). on_pool(pool) is
+    called with the WorkerPool once it exists (a caller in another thread may end it: WorkerPool.terminate)."""
     errors: dict[tuple[str, tuple], str] = {}
     if not jobs:
         return errors
@@ -163,6 +164,8 @@ def precompile(jobs: list[tuple[RenderedFile, tuple]], run_target: Target, *, wo
     tasks = [(jobs[group[0]][0], tuple(jobs[group[0]][1]), run_target) for group in groups]
     with WorkerPool(min(workers, len(tasks)), initializer=_compile_worker_init,
                     initargs=(tilelang_log_level(),)) as pool:
+        if on_pool is not None:
+            on_pool(pool)
         for g, outcome in pool.imap_unordered(_compile_task, tasks):
             error = outcome.value[3] if outcome.ok else outcome.error  # a dead worker fails its kernel only
             for i in groups[g]:

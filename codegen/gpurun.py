@@ -54,6 +54,7 @@ class _CompileFeed:
         self.errors: dict[tuple[str, tuple], str] = {}
         self._ready: queue.Queue = queue.Queue()
         self._stop = threading.Event()
+        self._pool: list = []  # the compile WorkerPool, once precompile made it (stop() ends its workers)
         self._thread = threading.Thread(target=self._compile, args=(work, run_target, workers), daemon=True,
                                         name="compile")
         self._thread.start()
@@ -72,7 +73,7 @@ class _CompileFeed:
             self._ready.put(i)
 
         try:
-            precompile(work, run_target, workers=workers, on_result=one)
+            precompile(work, run_target, workers=workers, on_result=one, on_pool=self._pool.append)
         except _Stopped:
             pass
         except BaseException as exc:  # noqa: BLE001 - the items not compiled fail with it; the run goes on
@@ -98,6 +99,8 @@ class _CompileFeed:
         """Ends the compile stage (at its next finished compile) and wakes every worker waiting for an item."""
         self._stop.set()
         self._ready.put(None)
+        for pool in self._pool:  # a compile that never ends must not keep the thread, or its worker, alive
+            pool.terminate()
         self._thread.join(timeout=5.0)
 
 

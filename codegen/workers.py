@@ -220,6 +220,11 @@ class WorkerPool:
             w.conn.close()
         self._workers.clear()
 
+    def terminate(self) -> None:
+        """End every worker now. For another thread than the one in imap_unordered: that one then sees each
+        task's worker die (an error outcome per task) and starts new workers only for tasks still to send."""
+        end_processes([w.proc for w in list(self._workers)])
+
     def _start(self) -> _Worker:
         parent, child = CTX.Pipe()
         workers = self._workers

@@ -15,7 +15,7 @@ def verify_case(rendered, shape, run_target):
                        shape=tuple(shape), seed=0, inputs=f"pid {os.getpid()}", status="verified")]
 
 
-def no_precompile(work, run_target, *, workers, progress=None, on_result=None):
+def no_precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
     for i, _ in enumerate(work):
         if progress:
             progress()

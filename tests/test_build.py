@@ -401,9 +401,15 @@ def first_shapes(first_shape_cache) -> dict[str, BuildResult]:
     return {r.uri: r for r in report.results}
 
 
-def _splitk_sum(rendered, kernel) -> bool:
-    """The second kernel of a split-K GEMM (split_k > 1): the fixed-order sum of its fp32 partials."""
-    return getattr(rendered.instance, "split_k", 1) > 1 and kernel.symbol == f"{rendered.uri}_kernel_1"
+def _no_mma_by_design(rendered, kernel) -> bool:
+    """A kernel of a GEMM module without MMAs by design: split-K's second kernel (split_k > 1, the fixed-order
+    sum of its fp32 partials), or the two staging kernels of gemm_xf32 (tf32/3xtf32: A and B rounded or split
+    into TF32 workspaces before the main kernel)."""
+    if getattr(rendered.instance, "split_k", 1) > 1:
+        return kernel.symbol == f"{rendered.uri}_kernel_1"
+    if rendered.instance.template == "gemm_xf32.py.j2":
+        return kernel.symbol in (f"{rendered.uri}_kernel", f"{rendered.uri}_kernel_1")
+    return False
 
 
 @needs_gfx942
@@ -417,7 +423,7 @@ def test_gfx942_instance_compiles_without_spills_and_uses_mfma(first_shapes, ren
         if not rendered.instance.allow_spills:
             assert k.spills == 0 and k.asm.scratch_bytes == 0, k.symbol
         if gemm:  # gemv: no matrix cores; nor split-K's second kernel, the sum of the partials
-            assert (k.asm.mfma_count >= 1) == (rendered.instance.uses_matrix_cores() and not _splitk_sum(rendered, k)), k.symbol
+            assert (k.asm.mfma_count >= 1) == (rendered.instance.uses_matrix_cores() and not _no_mma_by_design(rendered, k)), k.symbol
         assert k.launch.source == "tilelang"
         assert k.waves_per_simd >= (rendered.instance.min_waves_per_simd or 1)
     # rope keeps everything in registers; attention decode's combine kernel uses no LDS beside its split kernel
@@ -439,9 +445,9 @@ def test_sm90_instance_compiles_to_a_cubin(first_shapes, rendered):
     for k in r.kernels:
         assert k.spills == 0, k.symbol
         assert 0 < k.ptxas.registers <= 255
-        if rendered.instance.op == "gemm":  # gemv, true fp32 (CUDA-core FMA) and split-K's sum have none
+        if rendered.instance.op == "gemm":  # gemv, true fp32 (CUDA-core FMA), split-K's sum and xf32 staging have none
             assert (k.ptx.wgmma + k.ptx.mma_sync >= 1) == (rendered.instance.uses_matrix_cores()
-                                                           and not _splitk_sum(rendered, k)), k.symbol
+                                                           and not _no_mma_by_design(rendered, k)), k.symbol
 
 
 def _warm_build_in_subprocess(cache: Path, code: str) -> subprocess.CompletedProcess:

@@ -37,7 +37,7 @@ def fake_copy(nbytes):
     return 1234.0
 
 
-def fake_precompile(work, run_target, *, workers, progress=None, on_result=None):
+def fake_precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
     bad = next(((f.uri, tuple(s)) for f, s in work if f.instance.name == "gemm_fp16_nt"), None)
     for i, (f, s) in enumerate(work[::-1]):  # finishing in another order than asked: reports keep work's order
         if progress:
@@ -122,7 +122,7 @@ def test_cases_run_while_the_rest_still_compiles(fakes, monkeypatch, tmp_path):
     monkeypatch.setattr(gpurun, "verify_case", fake_verify_marking)
     waited = []
 
-    def slow_precompile(work, run_target, *, workers, progress=None, on_result=None):
+    def slow_precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
         on_result(len(work) - 1, "")
         deadline = time.monotonic() + 60
         while not marker.exists() and time.monotonic() < deadline:
