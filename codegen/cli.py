@@ -402,7 +402,11 @@ def run_(jobs: Jobs = None, gpus: Gpus = None, out_dir: ReportDir = None) -> Non
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except KeyboardInterrupt:  # Ctrl-C while click builds the commands, before _Commands.invoke is reached
+        err.print("interrupted", markup=False)
+        raise SystemExit(130) from None
 
 
 if _SIGINT_HANDLER is not None:

@@ -232,3 +232,17 @@ def test_ctrl_c_ends_run_and_skips_the_steps_after(tmp_path):
     check_interrupted(code, seconds, err, left)
     assert "tilegen run" not in out  # the steps table: no step ran after the build
     assert_cache_consistent(project / ".cache" / "build")
+
+
+def test_ctrl_c_while_click_builds_the_commands_exits_130(monkeypatch, capsys):
+    """A Ctrl-C after the imports but before a command runs (typer building its click group: seen at 0.54 s
+    in test_ctrl_c_ends_a_parallel_build_at_any_moment on a loaded machine) exits 130 without a traceback."""
+    from codegen import cli
+
+    def interrupted_setup():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", interrupted_setup)
+    with pytest.raises(SystemExit) as exc:
+        cli.main()
+    assert exc.value.code == 130
