@@ -184,10 +184,7 @@ class GemmInstance(InstanceBase):
             "gemm_fn": TARGETS[self.target].gemm_fn,
             "gemm_args": ", ".join(gemm_args),
             "target_literal": repr(dict(self.tilelang_target)),
-            "a_elem": a_elem, "b_elem": b_elem, "a_dims": a_tile[1:-1], "b_dims": b_tile[1:-1],
-            # the unstaged TF32 tiles: tf32's rounded A and B, 3xtf32's high parts and residuals
-            "hi_args": {Precision.TF32.value: ", A_hi, B_hi",
-                        Precision.X3TF32.value: ", A_hi, B_hi, A_lo, B_lo"}.get(self.precision or "", ""),
+            "a_elem": a_elem, "b_elem": b_elem,
         }
 
     def xf32_workspaces(self) -> tuple[str, ...]:
