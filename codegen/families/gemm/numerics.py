@@ -44,8 +44,8 @@ class ProductModel:
 
 
 def product_model(inst, run_target: Target) -> ProductModel:
-    """Derived from the generated code: gemm_fp32.py.j2 rounds tf32/3xtf32 inputs itself (bit arithmetic:
-    nearest, ties away from zero), so the tensor core's own truncation drops only zero bits; an `ieee`
+    """Derived from the generated code: gemm_xf32.py.j2's staging kernels round tf32/3xtf32 inputs themselves
+    (bit arithmetic: nearest, ties away from zero), so the tensor core's own truncation drops only zero bits; an `ieee`
     kernel on sm_90 has no MMA (fp32_product "fma"); any other MMA of stored inputs rounds them as the run
     target's record says (mma_input_roundoff: sm_90 truncates fp32 to tf32, AMD takes fp32 exactly)."""
     u = TF32_ROUNDOFF
