@@ -52,23 +52,23 @@ def files(text: str = BASE):
 
 @pytest.mark.parametrize(("old", "new", "expected"), [
     ("  tail: none\n", "  tail: none\n  structure: gemv\n",
-     "specs/x.yaml:8:9: grid=persistent: only structure tiled has output tiles to loop over (this is gemv): use grid: "
-     "tiles [persistent_structure]"),
+     ("specs/x.yaml:8:9: grid=persistent: only structure tiled has output tiles to loop over (this is gemv): use grid: "
+     "tiles [persistent_structure]")),
     ("tail: none", "tail: specialized",
-     "specs/x.yaml:9:9: tail=specialized: grid persistent needs tail: none or predicated (the specialized interior and "
-     "edge kernels each launch their own grid) [persistent_tail]"),
+     ("specs/x.yaml:9:9: tail=specialized: grid persistent needs tail: none or predicated (the specialized interior and "
+     "edge kernels each launch their own grid) [persistent_tail]")),
     ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}",
-     "specs/x.yaml:8:9: grid=persistent: a persistent grid takes fp16, bf16, fp8_e4m3 inputs, not fp32 (the fp32 "
-     "templates have no tile loop): use grid: tiles [persistent_dtype]"),
+     ("specs/x.yaml:8:9: grid=persistent: a persistent grid takes fp16, bf16, fp8_e4m3 inputs, not fp32 (the fp32 "
+     "templates have no tile loop): use grid: tiles [persistent_dtype]")),
     ("  tail: none\n", "  tail: none\n  split_k: 2\n",
-     "specs/x.yaml:8:9: grid=persistent: not with split_k=2 yet (the split-K template has no tile loop): use grid: "
-     "tiles or split_k: 1 [persistent_combination]"),
+     ("specs/x.yaml:8:9: grid=persistent: not with split_k=2 yet (the split-K template has no tile loop): use grid: "
+     "tiles or split_k: 1 [persistent_combination]")),
     ("  tail: none\n", "  tail: predicated\n  dynamic_m: {min: 1, max: 512}\n",
-     "specs/x.yaml:8:9: grid=persistent: not with dynamic_m yet (the dynamic-M template has no tile loop): use grid: "
-     "tiles [persistent_combination]"),
+     ("specs/x.yaml:8:9: grid=persistent: not with dynamic_m yet (the dynamic-M template has no tile loop): use grid: "
+     "tiles [persistent_combination]")),
     ("layout: nt", "layout: nn\n  lds_layout: transposed_b",
-     "specs/x.yaml:9:9: grid=persistent: not with lds_layout transposed_b on gfx942 yet (the transposed-B template "
-     "has no tile loop): use grid: tiles or lds_layout: natural [persistent_combination]"),
+     ("specs/x.yaml:9:9: grid=persistent: not with lds_layout transposed_b on gfx942 yet (the transposed-B template "
+     "has no tile loop): use grid: tiles or lds_layout: natural [persistent_combination]")),
     ("grid: persistent", "grid: stream_k",
      "specs/x.yaml:8:9: grid='stream_k': Input should be 'tiles' or 'persistent' [enum]"),
     ("tail: none", "tail: predicated", None),
@@ -92,8 +92,8 @@ def test_persistent_rules_point_into_an_override():
     text = edit(edit(BASE, "  grid: persistent\n", "  split_k: 2\n"), "  targets: [gfx942, sm_90]\n",
                 "  targets: [gfx942, sm_90]\n  overrides:\n    sm_90:\n      grid: persistent\n")
     assert errors(text) == [
-        "specs/x.yaml:13:13: overrides.sm_90.grid=persistent: not with split_k=2 yet (the split-K template has no tile "
-        "loop): use grid: tiles or split_k: 1 [persistent_combination]"]
+        ("specs/x.yaml:13:13: overrides.sm_90.grid=persistent: not with split_k=2 yet (the split-K template has no tile "
+        "loop): use grid: tiles or split_k: 1 [persistent_combination]")]
 
 
 def test_grid_is_a_search_tunable_checked_point_by_point():
