@@ -264,6 +264,18 @@ def waves_per_simd(hw: Hardware, *, occupancy_regs: int, threads: int, lds_bytes
     return min(occupancy_regs, by_lds), by_lds
 
 
+AMD_MAX_WAVES_PER_SIMD = 8  # CDNA (gfx90a, gfx942, gfx950): wave slots of one SIMD (LLVM's getMaxWavesPerEU)
+
+
+def resident_workgroups(hw: Hardware, threads: int, lds_bytes: int) -> int:
+    """Workgroups of `threads` and `lds_bytes` one CU holds at once, registers aside: its wave slots
+    (AMD_MAX_WAVES_PER_SIMD on each of `simds_per_cu` SIMDs) and its `lds_bytes_per_cu`; 0 if none fits."""
+    waves_per_group = -(-threads // hw.wave_lanes)
+    by_waves = AMD_MAX_WAVES_PER_SIMD * hw.simds_per_cu // waves_per_group
+    by_lds = hw.lds_bytes_per_cu // lds_bytes if lds_bytes > 0 else by_waves
+    return min(by_waves, by_lds)
+
+
 @dataclass(frozen=True, kw_only=True)
 class AmdKernel:
     asm: AmdAsm
@@ -429,6 +441,7 @@ def target_spec(hw: Hardware, *, find_toolchain: Callable[..., AmdToolchain],
         warp_specialization_note="it needs TMA, mbarrier transactions, setmaxnreg and asynchronous wgmma "
                                  "(Hopper instructions; the HIP backend has none of them)",
         source_suffix=".hip",
+        resident_workgroups=lambda threads, lds: resident_workgroups(hw, threads, lds),
         mma_input_roundoff=MappingProxyType({}),  # fp16/bf16/fp8/fp32 enter the MFMA exactly
         mma_accumulator_roundoff=MappingProxyType({}),
         # TileLang 0.1.15's HIP gemm emits v_mfma_f32_16x16x4f32 / 32x32x2f32 for fp32 (true fp32, so

@@ -168,6 +168,10 @@ class TargetSpec:
     warp_specialization: bool
     warp_specialization_note: str
     source_suffix: str  # of the lowered device source (".hip", ".cu")
+    # (threads, LDS/shared bytes of one workgroup) -> the workgroups of that size one CU/SM holds at once,
+    # registers aside (unknown before the build): the LDS/shared memory and wave/warp slots limit. The
+    # persistent GEMM grid is compute_units times it; a build whose registers allow fewer says so
+    resident_workgroups: Callable[[int, int], int]
     # numerics of the matrix cores, for verify's GEMM tolerance
     # keyed by the input dtype: its rounding inside the MMA (tf32 for fp32 inputs; absent: enters exactly),
     # and the unit roundoff of an accumulator coarser than fp32 (Hopper's fp8 wgmma; absent: fp32's own)

@@ -421,6 +421,8 @@ TARGET = TargetSpec(
     warp_specialization=True,  # T.tma_copy + mbarriers, T.dec/inc_max_nreg, T.wgmma_gemm + T.wait_wgmma
     warp_specialization_note="",
     source_suffix=".cu",
+    # registers aside: sm90_occupancy at the least a warp is given (one allocation unit)
+    resident_workgroups=lambda threads, smem: sm90_occupancy(registers=1, threads=threads, smem_bytes=smem)[0],
     # raw fp32 bits fed to TileLang's mma_sync<kTensorFloat32> (T.gemm of fp32 tiles): the tensor core reads
     # them as tf32, dropping the low 13 mantissa bits -- truncation, relative error < 2^-10 per operand
     mma_input_roundoff=MappingProxyType({DType.FP32: 2.0**-10}),

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import gemv_vector, lds_bytes, transposed_b_rows
-from codegen.families.gemm.spec import GemmSpec, LdsLayout, Precision, Structure, WarpPolicy
+from codegen.families.gemm.spec import GemmSpec, GridPolicy, LdsLayout, Precision, Structure, WarpPolicy
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
@@ -30,6 +30,9 @@ XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf
 TRANSPOSED_B_TEMPLATE = "gemm_transposed_b.py.j2"
 # dynamic_m: gemm.py.j2 unchanged (so no static kernel is renamed) plus a dynamic-M entry point
 DYNAMIC_M_TEMPLATE = "gemm_dynamic_m.py.j2"
+# grid persistent: its own template (a tile loop in a grid of min(tiles, resident) workgroups), so that adding
+# it renamed no kernel of gemm.py.j2
+PERSISTENT_TEMPLATE = "gemm_persistent.py.j2"
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
 
 
@@ -41,7 +44,8 @@ class GemmInstance(InstanceBase):
     # stay out of the configuration hash, so adding them renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
                                                       "fp32_product": None, "lds_layout": "natural", "dynamic_m": None,
-                                                      "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0}
+                                                      "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0,
+                                                      "grid": "tiles", "resident_workgroups": 0}
 
     # identity
     name: str
@@ -102,6 +106,19 @@ class GemmInstance(InstanceBase):
 
     # (min, max): M is symbolic (T.dynamic) and one compiled kernel serves every M in it; None: M fixed per compile
     dynamic_m: tuple[int, int] | None = None
+    # GridPolicy: "tiles" (a workgroup per output tile) | "persistent" (PERSISTENT_TEMPLATE); with persistent, the
+    # workgroups the target holds at once (compute_units x TargetSpec.resident_workgroups), the most it launches
+    grid: str = GridPolicy.TILES.value
+    resident_workgroups: int = 0
+
+    @property
+    def persistent(self) -> bool:
+        return self.grid == GridPolicy.PERSISTENT.value
+
+    def persistent_schedule(self, m: int, n: int) -> PersistentSchedule:
+        """The persistent grid at one problem size (what the template's `_schedule` computes)."""
+        return PersistentSchedule(tiles_m=-(-m // self.block_m), tiles_n=-(-n // self.block_n),
+                                  resident=self.resident_workgroups, panel=self.swizzle_panel)
 
     def compile_shape(self, shape: tuple[int | str, ...]) -> tuple[int | str, ...]:
         """A dynamic-M kernel is compiled once for every M: its compile shape is ('m', n, k)."""
@@ -140,6 +157,7 @@ class GemmInstance(InstanceBase):
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
         parts += [self.precision] * (self.precision is not None)
         parts += ["dynm"] * (self.dynamic_m is not None)
+        parts += ["pers"] * self.persistent
         return "_".join(parts) + tail_tag(self.tail)
 
     # ---- template inputs ------------------------------------------------------------------
@@ -216,6 +234,8 @@ class GemmInstance(InstanceBase):
         if self.template == XF32_TEMPLATE:
             kt = -(-k // self.block_k)
             return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
+        if self.persistent:  # one workgroup per resident slot, at most one per tile
+            return ((self.persistent_schedule(m, n).workgroups, 1, 1),)
         if self.split_k > 1:  # the partial products (split along z), then the sum of the partials
             return ((-(-n // bn), -(-m // bm), self.split_k),
                     (-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
@@ -250,6 +270,7 @@ class GemmInstance(InstanceBase):
             "tail": self.tail.value, **({"precision": self.precision, "fp32_product": self.fp32_product}
                                         if self.precision is not None else {}),
             **({"dynamic_m": {"min": self.dynamic_m[0], "max": self.dynamic_m[1]}} if self.dynamic_m else {}),
+            **({"grid": self.grid, "resident_workgroups": self.resident_workgroups} if self.persistent else {}),
             "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
 
@@ -260,12 +281,49 @@ class GemmInstance(InstanceBase):
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
                 "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" if self.split_k > 1 else "")
                             + (f", {self.precision}" if self.precision else "")
-                            + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else ""),
+                            + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else "")
+                            + (f", persistent {self.resident_workgroups}" if self.persistent else ""),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
         label = "/".join(self.spec_dtypes[:3])
         return f"{label} {self.precision}" if self.precision else label
+
+
+@dataclass(frozen=True, kw_only=True)
+class PersistentSchedule:
+    """A persistent GEMM's grid at one problem size: tiles_m x tiles_n output tiles, numbered t = 0, 1, ...
+    in the order T.use_swizzle(panel) rasterises a tiles grid (tl::rasterization2DRow; row-major without a
+    panel); `workgroups` = min(tiles, resident); workgroup w serves tiles w, w + workgroups, ... -- round r
+    of the loop is tiles [r * workgroups, (r + 1) * workgroups), the r-th wave of the tiles grid."""
+
+    tiles_m: int
+    tiles_n: int
+    resident: int
+    panel: int
+
+    @property
+    def tiles(self) -> int:
+        return self.tiles_m * self.tiles_n
+
+    @property
+    def workgroups(self) -> int:
+        return min(self.tiles, self.resident)
+
+    @property
+    def rounds(self) -> int:
+        return -(-self.tiles // self.workgroups)
+
+    def tile(self, t: int) -> tuple[int, int]:
+        """(row block, column block) of tile t."""
+        if not self.panel:
+            return t // self.tiles_n, t % self.tiles_n
+        per_panel = self.panel * self.tiles_n
+        panel, offset = divmod(t, per_panel)
+        panels = -(-self.tiles_m // self.panel)
+        rows = self.panel if panel + 1 < panels else self.tiles_m - (panels - 1) * self.panel
+        col = offset // rows
+        return offset % rows + panel * self.panel, self.tiles_n - 1 - col if panel % 2 else col
 
 
 SPLIT_K_TEMPLATE = "gemm_splitk.py.j2"  # split_k > 1; gemm.py.j2 is unchanged by it, so no GEMM was renamed
@@ -301,12 +359,15 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
     split = 1 if gemv else tuning.split_k  # gemv never splits K (rule split_k_structure)
+    persistent = tuning.grid == GridPolicy.PERSISTENT and not gemv  # rule persistent_structure
+    resident = (hw.compute_units * target.resident_workgroups(t.threads, lds_bytes(spec, tuning, target))
+                if persistent else 0)
     reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
         template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
                   else FP32_TEMPLATE if fp32 else SPLIT_K_TEMPLATE if split > 1 else TRANSPOSED_B_TEMPLATE if transposed
-                  else DYNAMIC_M_TEMPLATE if spec.dynamic_m else "gemm.py.j2"),
+                  else DYNAMIC_M_TEMPLATE if spec.dynamic_m else PERSISTENT_TEMPLATE if persistent else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
@@ -324,4 +385,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         tilelang_target=tilelang_target(target),
         precision=spec.precision.value if fp32 else None, fp32_product=product, lds_layout=lds_layout.value,
         dynamic_m=(spec.dynamic_m.min, spec.dynamic_m.max) if spec.dynamic_m else None,
+        grid=GridPolicy.PERSISTENT.value if persistent else GridPolicy.TILES.value, resident_workgroups=resident,
     )

@@ -136,6 +136,12 @@ def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
         if inst.unroll > 1:
             return [(1, 1, bk * sk), (bm + 1, bn - 1, bk * sk), (2 * bm - 1, 2 * bn + 1, 3 * bk * sk)]
         return [(1, 1, (sk - 1) * kt + 1), (bm + 1, bn - 1, 2 * sk * kt - 1), (2 * bm - 1, 2 * bn + 1, (3 * sk - 1) * kt - 1)]
+    if inst.persistent:  # and more tiles than workgroups: two rounds, the second of one or two tiles
+        rows = -(-(inst.resident_workgroups + 1) // 2)
+        if inst.tail == TailPolicy.NONE:
+            return [(bm, bn, bk), (3 * bm, 2 * bn, 5 * bk), (rows * bm, 2 * bn, bk)]
+        return [(1, 1, 1), (bm + 1, bn - 1, bk + 1), (2 * bm - 1, 2 * bn + 1, 3 * bk - 1),
+                (rows * bm - 1, 2 * bn - 1, bk + 1)]
     if inst.vector:  # gemv: every m up to block_m, k in whole vectors (rule gemv_shape); one step, one round short
         v = inst.vector
         if inst.tail == TailPolicy.NONE:
@@ -240,6 +246,22 @@ def ragged_m_block_dropped(ref, m: int, block_m: int, row0: int = 0):
     return bad
 
 
+def last_round_unwritten(inst, ref, m: int, n: int, row0: int = 0, col0: int = 0):
+    """Negative control of persistent kernels: the reference with the tiles of the tile loop's last round left
+    as verify's NaN-filled C holds them -- a loop of one round too few (rounds floored, or a trip count off by
+    one): tiles [(rounds - 1) * workgroups, tiles) of the persistent order (GemmInstance.persistent_schedule),
+    found through the same rasterisation as the kernel. `ref` holds C[row0:, col0:] (a chunk)."""
+    sched = inst.persistent_schedule(m, n)
+    bad = ref.clone()
+    rows, cols = ref.shape
+    for t in range((sched.rounds - 1) * sched.workgroups, sched.tiles):
+        tm, tn = sched.tile(t)
+        r, c = tm * inst.block_m - row0, tn * inst.block_n - col0
+        if r < rows and c < cols and r + inst.block_m > 0 and c + inst.block_n > 0:
+            bad[max(r, 0):r + inst.block_m, max(c, 0):c + inst.block_n] = float("nan")
+    return bad
+
+
 def split_range(inst, k: int) -> slice:
     """Split 0's K range [0, split_tiles * block_k) (codegen.families.gemm.rules.split_tiles), within k."""
     from codegen.families.gemm.rules import split_tiles
@@ -309,6 +331,8 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
                 controls["tf32_result"] = tf32_result(a32, b32)
             if inst.dynamic_m is not None:
                 controls["ragged_m_block_dropped"] = ragged_m_block_dropped(ref, m, inst.block_m, r0)
+            if inst.persistent:
+                controls["last_round_unwritten"] = last_round_unwritten(inst, ref, m, n, r0, c0)
             yield CheckChunk(index=(rows, cols), ref=ref, mag=mag, controls=controls)
             del a32, b32, ref, mag, dropped, controls
 
@@ -406,6 +430,8 @@ def controls(inst, case: GemmCase, ref) -> dict[str, object]:
         out["tf32_result"] = tf32_result(case.A32, case.B32)
     if inst.dynamic_m is not None:
         out["ragged_m_block_dropped"] = ragged_m_block_dropped(ref, ref.shape[0], inst.block_m)
+    if inst.persistent:
+        out["last_round_unwritten"] = last_round_unwritten(inst, ref, *ref.shape)
     return out
 
 

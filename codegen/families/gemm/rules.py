@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from codegen.families.gemm.spec import MAX_SPLIT_K, GemmSpec, GemmTuning, Layout, LdsLayout, Precision, Structure
+from codegen.families.gemm.spec import (
+    MAX_SPLIT_K,
+    GemmSpec,
+    GemmTuning,
+    GridPolicy,
+    Layout,
+    LdsLayout,
+    Precision,
+    Structure,
+)
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
@@ -460,16 +469,58 @@ def split_k_rules(c: GemmContext) -> Iterator[Violation]:
                                     f"({need / 2**20:g} MiB) of workspace, over {SPLIT_K_WORKSPACE_BYTES // 2**20} MiB{where}")
 
 
+def persistent_rules(c: GemmContext) -> Iterator[Violation]:
+    """Rules persistent_*: grid persistent launches min(tiles, compute_units x resident) workgroups that loop over
+    the output tiles (gemm_persistent.py.j2, its own template). persistent_structure: the tiled structure only
+    (gemv has no output tiles to loop over). persistent_tail: tail none or predicated (specialized launches
+    three kernels over interior and edges, each its own grid). persistent_dtype: fp16, bf16, fp8 inputs (fp32's
+    precision modes have their own templates, without the loop). persistent_combination: not with split_k > 1,
+    dynamic_m, nor lds_layout transposed_b where that applies (their templates have no tile loop).
+    persistent_residency: one workgroup must fit on a CU/SM (TargetSpec.resident_workgroups > 0)."""
+    if c.tuning.grid != GridPolicy.PERSISTENT:
+        return
+    at, g = c.at("grid"), c.tuning.grid.value
+    if c.tuning.structure != Structure.TILED:
+        yield Violation(rule="persistent_structure", path=at, value=g,
+                        message=f"only structure tiled has output tiles to loop over (this is "
+                                f"{c.tuning.structure.value}): use grid: tiles")
+        return
+    if c.spec.tail == TailPolicy.SPECIALIZED:
+        yield Violation(rule="persistent_tail", path=("tail",), value=c.spec.tail.value,
+                        message="grid persistent needs tail: none or predicated (the specialized interior and edge "
+                                "kernels each launch their own grid)")
+    if c.spec.dtypes.a not in SPLIT_K_DTYPES:
+        yield Violation(rule="persistent_dtype", path=at, value=g,
+                        message=f"a persistent grid takes {', '.join(d.value for d in SPLIT_K_DTYPES)} inputs, not "
+                                f"{c.spec.dtypes.a.value} (the fp32 templates have no tile loop): use grid: tiles")
+    if c.tuning.split_k > 1:
+        yield Violation(rule="persistent_combination", path=at, value=g,
+                        message=f"not with split_k={c.tuning.split_k} yet (the split-K template has no tile loop): "
+                                "use grid: tiles or split_k: 1")
+    if c.spec.dynamic_m is not None:
+        yield Violation(rule="persistent_combination", path=at, value=g,
+                        message="not with dynamic_m yet (the dynamic-M template has no tile loop): use grid: tiles")
+    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
+        yield Violation(rule="persistent_combination", path=at, value=g,
+                        message=f"not with lds_layout transposed_b on {c.hw.target} yet (the transposed-B template "
+                                "has no tile loop): use grid: tiles or lds_layout: natural")
+    need = lds_bytes(c.spec, c.tuning, c.target)
+    if need <= c.hw.lds_bytes_per_workgroup and c.target.resident_workgroups(c.tuning.tiling.threads, need) < 1:
+        yield Violation(rule="persistent_residency", path=at, value=g,
+                        message=f"a workgroup of {c.tuning.tiling.threads} threads and {need} B of {c.hw.lds_word} "
+                                f"does not fit on one {c.hw.target} CU/SM at all: use grid: tiles")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
     tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
-    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules,
+    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
                                      gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
-                                     split_k_rules)
+                                     split_k_rules, persistent_rules)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

@@ -59,6 +59,17 @@ class Structure(StrEnum):
     GEMV = "gemv"
 
 
+class GridPolicy(StrEnum):
+    """How a tiled GEMM's output tiles meet its workgroups. tiles: one workgroup per output tile (a grid of
+    ceil(N/block_n) x ceil(M/block_m)). persistent: min(tiles, resident) workgroups, resident = the CUs/SMs
+    times the workgroups of this size one of them holds at once (TargetSpec.resident_workgroups, from LDS /
+    shared memory and wave slots); workgroup w serves tiles w, w + grid, w + 2 * grid, ... in the order the
+    swizzle_panel rasterisation gives (data-parallel: every tile whole in one workgroup, no stream-K)."""
+
+    TILES = "tiles"
+    PERSISTENT = "persistent"
+
+
 MAX_SPLIT_K = 64  # rule split_k_limit: workgroups one output tile's K range is split over
 
 
@@ -127,6 +138,7 @@ class GemmTuning(Model):
     structure: Structure = Structure.TILED
     lds_layout: LdsLayout = LdsLayout.NATURAL
     split_k: PositiveInt = 1
+    grid: GridPolicy = GridPolicy.TILES
 
 
 class GemmOverride(Model):
@@ -138,6 +150,7 @@ class GemmOverride(Model):
     swizzle_panel: NonNegativeInt | None = None
     k_pack: Literal[1, 2] | None = None
     lds_layout: LdsLayout | None = None
+    grid: GridPolicy | None = None
 
 
 class GemmSpec(Model):
@@ -158,6 +171,9 @@ class GemmSpec(Model):
     # tiled: workgroups the K range of each output tile is split over (1 = off): fp32 partials in a workspace
     # [split_k, M, N], summed in a fixed order by a second kernel (rules split_k_*)
     split_k: PositiveInt = 1
+    # tiled: one workgroup per output tile, or a persistent grid of min(tiles, CUs/SMs x resident) workgroups
+    # looping over the tiles in swizzle_panel order (rules persistent_*)
+    grid: GridPolicy = GridPolicy.TILES
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
@@ -174,7 +190,8 @@ class GemmSpec(Model):
 
 
 GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
-                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k")
+                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k",
+                 "grid")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 
@@ -202,6 +219,7 @@ STARTER = """\
   k_pack: 1                 # gfx942 only: 1 or 2 MFMA ops packed along K
   # lds_layout: natural     # gfx942/gfx950, layouts nn/tn: natural | transposed_b (B written into LDS as N x K)
   structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
+  # grid: tiles             # tiled: tiles (a workgroup per output tile) | persistent (one per CU/SM slot, looping)
   split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   tail: none                # none | predicated | specialized
