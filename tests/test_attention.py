@@ -579,13 +579,13 @@ def test_persistent_tile_order_covers_every_tile_once_and_is_the_templates():
     # instance.persistent_tile (the numerics' map) against the bx/by/bz lines of the rendered template
     for causal in ("false", "top_left"):
         f = render_all(build_instances(parse_specs(edit(PERSISTENT, "tail: none", f"tail: none\n  causal: {causal}"), FILE)))[0]
-        lines = {m[0]: m[1] for m in re.findall(r"^\s+(bx|by|bz) = (.+?)(?:\s+#.*)?$", f.text, re.M)}
+        lines = {m[0]: m[1] for m in re.findall(r"^\s+(bx|by|bz) = (.+?)(?:\s+#.*)?$", f.text, re.MULTILINE)}
         assert set(lines) == {"bx", "by", "bz"}, lines
         shape = (3, 4, 2, 5 * 128, 5 * 128)
         seen = set()
         for tile in range(f.instance.persistent_tiles(shape)):
             scope = {"tile": tile, "q_blocks": 5, "heads": 4, "batch": 3}
-            mine = tuple(eval(lines[v], {}, scope) for v in ("bx", "by", "bz"))  # noqa: S307 - our own template
+            mine = tuple(eval(lines[v], {}, scope) for v in ("bx", "by", "bz"))  # our own template
             assert mine == f.instance.persistent_tile(tile, shape), (causal, tile)
             seen.add(mine)
         assert seen == {(q, h, b) for q in range(5) for h in range(4) for b in range(3)}
@@ -682,7 +682,7 @@ def test_persistent_control_is_the_last_round_unwritten():
     assert unwritten == {inst.persistent_tile(t, shape)[:2] for t in range(7, 12)} and bad.isnan().sum() == 5 * 128 * 128
     # the whole-tensor and the chunked checks reject it; a correct output verifies
     for max_elements in (None, 2 * 128 * 256):
-        status, cmp, controls = check_output(inst, shape, lambda c, r: r, max_elements=max_elements)
+        status, _cmp, controls = check_output(inst, shape, lambda c, r: r, max_elements=max_elements)
         assert status == "verified" and controls["persistent_last_round_skipped"] == "rejected", (max_elements, controls)
         status, _, _ = check_output(inst, shape, lambda c, r: persistent_last_round_skipped(inst, c, r), max_elements=max_elements)
         assert status == "failed"
