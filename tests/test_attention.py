@@ -541,3 +541,157 @@ def test_ws_ragged_tail_lowers():
     f = render_all(build_instances(parse_specs(text, FILE)))[0]
     src = lower(f, (1, 8, 2, 500, 500), "sm_90").source
     assert "tl::wait_wgmma<1>()" in src and "CUDART_INF_F" in src
+
+
+# ---- schedule persistent and k_pack (attention_persistent.py.j2, issue 13 part 4) -------------------------
+
+PERSISTENT = edit(edit(edit(BASE, "targets: [sm_90]", "targets: [gfx942]"), "block_m: 128, block_n: 64", "block_m: 128, block_n: 32"),
+                  "tail: none", "tail: none\n  schedule: persistent\n  k_pack: 2").replace("stages: 2", "stages: 1")
+
+
+def test_persistent_instance_and_the_default_keeps_its_name():
+    (inst,) = build_instances(parse_specs(PERSISTENT, FILE))
+    assert (inst.template, inst.schedule, inst.k_pack, inst.persistent_workgroups) == (
+        "attention_persistent.py.j2", "persistent", 2, 304)  # gfx942: 304 CUs, one workgroup each
+    assert inst.stem() == "attn_fp16_d128_128x32_t256_s1_kp2_persistent"
+    assert inst.metadata("u")["persistent"] == {"workgroups": 304} and inst.metadata("u")["k_pack"] == 2
+    # the grid: one workgroup per CU, or one per tile where there are fewer tiles
+    assert inst.launch_grids((4, 32, 32, 4096, 4096)) == ((304, 1, 1),)
+    assert inst.launch_grids((1, 8, 2, 512, 512)) == ((32, 1, 1),)
+    # k_pack 1 and schedule default are the kernel of a spec without the fields: same name, same text
+    plain = render_all(build_instances(parse_specs(edit(BASE, "targets: [sm_90]", "targets: [gfx942]")
+                                                   .replace("block_n: 64", "block_n: 16"), FILE)))[0]
+    spelled = render_all(build_instances(parse_specs(edit(BASE, "targets: [sm_90]", "targets: [gfx942]")
+                                                     .replace("block_n: 64", "block_n: 16")
+                                                     .replace("tail: none", "tail: none\n  k_pack: 1\n  schedule: default"),
+                                                     FILE)))[0]
+    assert plain.uri == spelled.uri and plain.text == spelled.text
+    assert "k_pack" not in plain.instance.metadata("u") and "persistent" not in plain.instance.metadata("u")
+    # sm_90 takes no k_pack: a spec naming both targets packs on gfx942 only
+    both = edit(PERSISTENT, "targets: [gfx942]", "targets: [gfx942, sm_90]\n  overrides:\n    sm_90:\n"
+                "      tiling: {block_m: 128, block_n: 64, threads: 256}")
+    by_target = {i.target.value: i for i in build_instances(parse_specs(both, FILE))}
+    assert (by_target["gfx942"].k_pack, by_target["sm_90"].k_pack) == (2, 1)
+    assert by_target["sm_90"].persistent_workgroups == 132
+
+
+def test_persistent_tile_order_covers_every_tile_once_and_is_the_templates():
+    # instance.persistent_tile (the numerics' map) against the bx/by/bz lines of the rendered template
+    for causal in ("false", "top_left"):
+        f = render_all(build_instances(parse_specs(edit(PERSISTENT, "tail: none", f"tail: none\n  causal: {causal}"), FILE)))[0]
+        lines = {m[0]: m[1] for m in re.findall(r"^\s+(bx|by|bz) = (.+?)(?:\s+#.*)?$", f.text, re.MULTILINE)}
+        assert set(lines) == {"bx", "by", "bz"}, lines
+        shape = (3, 4, 2, 5 * 128, 5 * 128)
+        seen = set()
+        for tile in range(f.instance.persistent_tiles(shape)):
+            scope = {"tile": tile, "q_blocks": 5, "heads": 4, "batch": 3}
+            mine = tuple(eval(lines[v], {}, scope) for v in ("bx", "by", "bz"))  # our own template
+            assert mine == f.instance.persistent_tile(tile, shape), (causal, tile)
+            seen.add(mine)
+        assert seen == {(q, h, b) for q in range(5) for h in range(4) for b in range(3)}
+        if causal != "false":  # the longest KV loops first: the first round's tiles are the last query blocks
+            assert f.instance.persistent_tile(0, shape)[0] == 4 and f.instance.persistent_tile(59, shape)[0] == 0
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(PERSISTENT, "k_pack: 2", "k_pack: 2").replace("schedule: persistent", "schedule: default"),
+     "specs/x.yaml:11:11: k_pack=2: k_pack 2 is taken by schedule: persistent only, not schedule: default [k_pack_schedule]"),
+    (edit(PERSISTENT, "targets: [gfx942]", "targets: [sm_90]").replace("block_n: 32", "block_n: 64"),
+     ("specs/x.yaml:11:11: k_pack=2: k_pack exists only for the ROCm MFMA gemm (gfx942, gfx950), and no such target "
+      "here uses this value [k_pack_target]")),
+    (edit(edit(PERSISTENT, "  k_pack: 2\n", ""), "targets: [gfx942]",
+          "targets: [gfx942, sm_90]\n  overrides:\n    sm_90:\n      k_pack: 2"),
+     "specs/x.yaml:14:15: overrides.sm_90.k_pack=2: k_pack exists only for the ROCm MFMA gemm (gfx942, gfx950), not sm_90 [k_pack_target]"),
+    (edit(PERSISTENT, "k_pack: 2", "k_pack: 4"),
+     "specs/x.yaml:11:11: k_pack=4: Input should be 1 or 2 [literal_error]"),
+])
+def test_persistent_and_k_pack_rules(text, message):
+    assert errors(text) == [message]
+
+
+def test_persistent_refuses_decode():
+    text = edit(edit(DECODE, "split_kv: 16", "split_kv: 16\n  schedule: persistent"), "targets: [sm_90]", "targets: [gfx942]")
+    text = text.replace("block_n: 64", "block_n: 32")
+    assert errors(text) == [("specs/x.yaml:11:13: schedule=persistent: loops over the query blocks of a prefill: variant "
+                             "decode takes schedule: default [persistent_variant]")]
+
+
+def test_search_space_takes_k_pack_and_the_persistent_schedule():
+    from codegen.tune import space_of
+
+    text = PERSISTENT + "  search:\n    gfx942:\n      schedule: [default, persistent]\n      k_pack: [1, 2]\n"
+    (loaded,) = parse_specs(text, FILE)
+    space = space_of(loaded.spec, loaded.spec.targets[0])
+    assert ("schedule", ["default", "persistent"]) in space and ("k_pack", [1, 2]) in space
+
+
+def test_the_persistent_seed_is_gfx942_with_k_pack_2():
+    names = sorted((n, t) for n, t in FILES if n.endswith("_persistent"))
+    assert names == [("attn_fp16_d128_persistent", "gfx942")]
+    inst = FILES[names[0]].instance
+    assert (inst.k_pack, inst.schedule, inst.block_m, inst.block_n, inst.stages) == (2, "persistent", 128, 32, 1)
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_persistent_lowers_to_a_loop_over_tiles_with_k_pack_on_q_k_only(target):
+    # the gfx942 program, lowered for HIP and as verify's logic check for CUDA, at the rounds shape (320 tiles
+    # over 304 workgroups): each workgroup loops ceil((320 - wg) / 304) times
+    f = FILES[("attn_fp16_d128_persistent", "gfx942")]
+    shape = derived_shapes(f.instance)[-1]
+    assert shape == (1, 16, 4, 2560, 2560)
+    src = lower(f, shape, target).source
+    assert "for (int r = 0; r < ((623 - ((int)blockIdx.x)) / 304); ++r)" in src
+    assert "blockIdx.y" not in src and "blockIdx.z" not in src
+    if target == "gfx942":  # Q.K^T steps K by two MFMA ops (kp); P.V by one
+        assert "for (int kp = 0; kp < 2; ++kp)" in src and src.count("kp < 2") == 1
+        assert src.count("__builtin_amdgcn_mfma_f32_16x16x16f16") == 2
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+@pytest.mark.parametrize(("causal", "tail"), [("top_left", "none"), ("bottom_right", "predicated"), ("false", "predicated")])
+def test_persistent_causal_and_ragged_lower(target, causal, tail):
+    # 512 tiles over 304 workgroups; causal: the KV loop's trip count follows the tile's query block
+    shape = (4, 16, 4, 1000, 1200) if tail == "predicated" else (4, 16, 4, 1024, 1024)
+    sizes = f"seq_q: {shape[3]}, seq_kv: {shape[4]}"
+    text = edit(PERSISTENT, "tail: none", f"tail: {tail}\n  causal: {causal}").replace("seq_q: 512, seq_kv: 512", sizes)
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    src = lower(f, shape, target).source
+    assert "for (int r = 0; r < ((815 - ((int)blockIdx.x)) / 304); ++r)" in src
+    bounds = re.findall(r"for \(int kb = 0; kb < ([^;]*);", src)
+    assert len(bounds) == 1 and (("blockIdx.x" in bounds[0]) == (causal != "false")), bounds
+    if causal == "bottom_right":  # bx = 7 - q (q = tile // 64, the round's query block from the last) sees
+        # ceil(((bx + 1) * 128 + 200) / 32) = 39 - 4q KV blocks of 38: the shift seq_kv - seq_q = 200 is in
+        assert bounds[0].startswith("min(38, (39 - "), bounds
+    if tail == "predicated":
+        assert ("HUGE_VALF" if target == "gfx942" else "CUDART_INF_F") in src  # keys past seq_kv get -inf
+
+
+def test_persistent_control_is_the_last_round_unwritten():
+    # a grid of 5 workgroups over (1, 4, 2, 3 * 128, 256): 12 tiles, so workgroups 0 and 1 run 3 tiles and the
+    # rest 2; one round short leaves the last 5 tiles (the control) unwritten
+    from codegen.families.attention.numerics import persistent_last_round_skipped
+
+    (inst,) = build_instances(parse_specs(PERSISTENT, FILE))
+    inst = replace(inst, persistent_workgroups=5)
+    shape = (1, 4, 2, 3 * 128, 256)
+    fam = family(inst).numerics
+    case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cpu", run_target=inst.target)
+    ref, _ = fam.reference(inst, case)
+    bad = persistent_last_round_skipped(inst, case, ref)
+    unwritten = {(qb, h) for qb in range(3) for h in range(4) if bad[0, qb * 128:(qb + 1) * 128, h].isnan().all()}
+    assert unwritten == {inst.persistent_tile(t, shape)[:2] for t in range(7, 12)} and bad.isnan().sum() == 5 * 128 * 128
+    # the whole-tensor and the chunked checks reject it; a correct output verifies
+    for max_elements in (None, 2 * 128 * 256):
+        status, _cmp, controls = check_output(inst, shape, lambda c, r: r, max_elements=max_elements)
+        assert status == "verified" and controls["persistent_last_round_skipped"] == "rejected", (max_elements, controls)
+        status, _, _ = check_output(inst, shape, lambda c, r: persistent_last_round_skipped(inst, c, r), max_elements=max_elements)
+        assert status == "failed"
+
+
+def test_persistent_rounds_shape_has_more_tiles_than_workgroups():
+    for causal in ("false", "top_left", "bottom_right"):
+        for tail in ("none", "predicated"):
+            (inst,) = build_instances(parse_specs(edit(PERSISTENT, "tail: none", f"tail: {tail}\n  causal: {causal}"), FILE))
+            shape = derived_shapes(inst)[-1]
+            assert inst.persistent_workgroups < inst.persistent_tiles(shape) < 2 * inst.persistent_workgroups, shape
+            assert tail == "predicated" or (shape[3] % inst.block_m == 0 and shape[4] % inst.block_n == 0)

@@ -31,6 +31,11 @@ ATTENTION_LOOP_COMPUTE = 11
 DECODE_LOOP_COMPUTE = 12
 TEMPLATES = {AttentionVariant.PREFILL: "attention.py.j2", AttentionVariant.DECODE: "attention_decode.py.j2"}
 WS_TEMPLATE = "attention_ws.py.j2"  # schedule ws, prefill only (rule ws_variant)
+PERSISTENT_TEMPLATE = "attention_persistent.py.j2"  # schedule persistent, prefill only (rule persistent_variant)
+# schedule persistent: workgroups of the grid per CU/SM. One: the gfx942 tiles that fit 64 KiB of LDS leave room
+# for one workgroup per CU (build reports its waves per SIMD), and a persistent workgroup that waits for a free
+# CU only runs its tiles later
+PERSISTENT_WORKGROUPS_PER_CU = 1
 # where query row i's last visible key sits relative to i, as an expression of make_kernel's arguments
 CAUSAL_SHIFT = {CausalMask.TOP_LEFT: "0", CausalMask.BOTTOM_RIGHT: "seq_kv - seq_q"}
 LOG2E = 1.4426950408889634
@@ -48,7 +53,8 @@ class AttentionInstance(InstanceBase):
     # added after kernels were named: at these values (schedule default) they stay out of the configuration
     # hash, so adding the schedule renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"schedule": AttentionSchedule.DEFAULT.value, "ws_consumers": 0,
-                                                      "ws_producer_nreg": 0, "ws_consumer_nreg": 0}
+                                                      "ws_producer_nreg": 0, "ws_consumer_nreg": 0, "k_pack": 1,
+                                                      "persistent_workgroups": 0}
 
     name: str
     target: Target
@@ -75,6 +81,10 @@ class AttentionInstance(InstanceBase):
     ws_consumers: int  # ws: consumer warpgroups of 64 query rows (block_m / 64); 0 for default
     ws_producer_nreg: int  # ws: setmaxnreg of the producer warpgroup / of each consumer warpgroup; 0 for default
     ws_consumer_nreg: int
+    # persistent: the most workgroups of the grid (CUs x PERSISTENT_WORKGROUPS_PER_CU), each looping over
+    # (query block, head, batch) tiles; 0 for the other schedules
+    persistent_workgroups: int
+    k_pack: int  # MFMA ops packed along K in Q.K^T (rocm_gemm's k_pack; P.V packs none); 1 on targets without it
     tail: TailPolicy
     allow_spills: bool
     min_waves_per_simd: int | None
@@ -98,9 +108,10 @@ class AttentionInstance(InstanceBase):
         causal = {CausalMask.NONE: "", CausalMask.TOP_LEFT: "_causal", CausalMask.BOTTOM_RIGHT: "_causalbr"}[self.mask]
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
         split = f"_k{self.split_kv}" if self.variant == AttentionVariant.DECODE else ""
-        ws = "_ws" if self.schedule == AttentionSchedule.WS else ""
+        schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent"}.get(self.schedule, "")
+        kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
-                f"_t{self.threads}_s{self.stages}{split}{ws}{tail_tag(self.tail)}")
+                f"_t{self.threads}_s{self.stages}{kp}{split}{schedule}{tail_tag(self.tail)}")
 
     def template_vars(self) -> dict[str, object]:
         loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)
@@ -108,6 +119,8 @@ class AttentionInstance(InstanceBase):
             "target_literal": repr(dict(self.tilelang_target)),
             "kv_loop": loop,
             "gemm_fn": TARGETS[self.target].gemm_fn,
+            "k_pack_arg": ", k_pack=K_PACK" if self.k_pack > 1 else "",  # the last argument of Q.K^T (persistent)
+            "workgroups_per_cu": PERSISTENT_WORKGROUPS_PER_CU,
             "scale_literal": repr(self.softmax_scale),
             "scale_log2_literal": repr(self.softmax_scale * LOG2E),
             "causal_shift": CAUSAL_SHIFT.get(self.mask, "0"),
@@ -125,7 +138,24 @@ class AttentionInstance(InstanceBase):
         if self.variant == AttentionVariant.DECODE:
             row_blocks = -(-(heads // kv_heads) * seq_q // self.block_m)
             return ((self.split_kv, kv_heads * row_blocks, batch), (heads, seq_q, batch))
+        if self.schedule == AttentionSchedule.PERSISTENT:
+            return ((min(self.persistent_workgroups, self.persistent_tiles(shape)), 1, 1),)
         return ((-(-seq_q // self.block_m), heads, batch),)
+
+    def persistent_tiles(self, shape: tuple[int, ...]) -> int:
+        """persistent: the (query block, head, batch) tiles of `shape` the grid loops over."""
+        batch, heads, _, seq_q, _ = shape
+        return -(-seq_q // self.block_m) * heads * batch
+
+    def persistent_tile(self, tile: int, shape: tuple[int, ...]) -> tuple[int, int, int]:
+        """(query block, head, batch) of tile `tile` in the template's order: causal, the last query block (the
+        longest KV loop) of every (batch, head) first, so that each workgroup's tiles go from long to short;
+        otherwise the query blocks of one (batch, head) next to each other (they read the same K and V)."""
+        batch, heads, _, seq_q, _ = shape
+        q_blocks = -(-seq_q // self.block_m)
+        if self.causal:
+            return q_blocks - 1 - tile // (heads * batch), tile % heads, tile // heads % batch
+        return tile % q_blocks, tile // q_blocks % heads, tile // (q_blocks * heads) % batch
 
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
@@ -142,7 +172,10 @@ class AttentionInstance(InstanceBase):
             **({"schedule": self.schedule.value, "ws": {"consumer_warpgroups": self.ws_consumers,
                                                          "producer_max_nreg": self.ws_producer_nreg,
                                                          "consumer_max_nreg": self.ws_consumer_nreg}}
-               if self.schedule != AttentionSchedule.DEFAULT else {}),
+               if self.schedule == AttentionSchedule.WS else {}),
+            **({"schedule": self.schedule.value, "persistent": {"workgroups": self.persistent_workgroups}}
+               if self.schedule == AttentionSchedule.PERSISTENT else {}),
+            **({"k_pack": self.k_pack} if self.k_pack > 1 else {}),
             "tail": self.tail.value, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
             "lds_bytes": self.lds_bytes,
         }
@@ -151,7 +184,8 @@ class AttentionInstance(InstanceBase):
         split = f"decode, split_kv {self.split_kv}, " if self.variant == AttentionVariant.DECODE else ""
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
-                "schedule": f"{split}{'ws, ' if self.schedule == AttentionSchedule.WS else ''}stages {self.stages}",
+                "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
+                             f"{f'k_pack {self.k_pack}, ' if self.k_pack > 1 else ''}stages {self.stages}"),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
@@ -171,7 +205,9 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
     consumers = ws_consumers(t.block_m) if ws else 0
     # build_instances makes the instance before it reports the rules: decode + ws (refused by ws_variant) or a
     # block_m under 64 (ws_tiles) still gets one, never rendered
-    template = WS_TEMPLATE if ws and spec.variant == AttentionVariant.PREFILL else TEMPLATES[spec.variant]
+    prefill = spec.variant == AttentionVariant.PREFILL
+    persistent = tuning.schedule == AttentionSchedule.PERSISTENT and prefill  # decode + persistent: never rendered
+    template = WS_TEMPLATE if ws and prefill else PERSISTENT_TEMPLATE if persistent else TEMPLATES[spec.variant]
     return AttentionInstance(
         name=spec.name, target=target.target, spec_file=spec_file, template=template,
         shapes=tuple((s.batch, s.heads, s.kv_heads, s.seq_q, s.seq_kv) for s in spec.shapes),
@@ -181,6 +217,8 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,
         ws_producer_nreg=WS_PRODUCER_NREG if ws else 0, ws_consumer_nreg=ws_consumer_nreg(hw, consumers) if consumers else 0,
+        persistent_workgroups=hw.compute_units * PERSISTENT_WORKGROUPS_PER_CU if persistent else 0,
+        k_pack=tuning.k_pack if target.supports_k_pack else 1,
         tail=spec.tail,
         allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=attention_lds_bytes(spec, tuning, target),

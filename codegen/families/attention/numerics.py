@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from codegen.families.attention.spec import AttentionVariant, CausalMask
+from codegen.families.attention.spec import AttentionSchedule, AttentionVariant, CausalMask
 from codegen.families.base import Numerics
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
@@ -72,9 +72,24 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
         return [(1, 2, 1, 1, k), (1, 4, 1, 3, 2 * k + (bn // 2 + 1 if ragged else 0)),
                 (1, 8, 2, bm // 4 + 1, k + (1 if ragged else bn))]
     one = math.lcm(bm, bn)
+    rounds = [persistent_rounds_shape(inst)] if inst.schedule == AttentionSchedule.PERSISTENT else []
     if inst.tail == TailPolicy.NONE:
-        return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one)]
-    return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1)]
+        return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one), *rounds]
+    return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1), *rounds]
+
+
+PERSISTENT_CHECK_HEADS, PERSISTENT_CHECK_KV_HEADS = 16, 4  # the rounds shape: 4 query heads per K/V head
+
+
+def persistent_rounds_shape(inst) -> tuple[int, int, int, int, int]:
+    """schedule persistent: a shape of more tiles than the grid has workgroups, so that some workgroups run a
+    second tile (its accumulators reset, its Q reloaded): 16 heads on 4 K/V heads and one query block more
+    than workgroups / 16 -- gfx942 (304 workgroups) 20 blocks, 320 tiles. No tail policy: seq_q = seq_kv, a
+    multiple of lcm(block_m, block_n); predicated: one row short of that many query blocks."""
+    bm, one = inst.block_m, math.lcm(inst.block_m, inst.block_n)
+    q_blocks = -(-inst.persistent_workgroups // PERSISTENT_CHECK_HEADS) + 1
+    seq = (q_blocks * bm - 1) if inst.tail != TailPolicy.NONE else -(-q_blocks * bm // one) * one
+    return (1, PERSISTENT_CHECK_HEADS, PERSISTENT_CHECK_KV_HEADS, seq, seq)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +100,11 @@ class AttentionCase:
     q_offset: int = 0  # position of Q's first row in the whole sequence (a chunk of the query rows)
     seq_q: int | None = None  # the whole sequence's seq_q (bottom_right's shift is seq_kv - seq_q); None: Q's
     workspace: tuple = ()  # decode: the fp32 O_PART and LSE buffers the kernel takes between K/V and O
+    # a chunk's place in the whole problem: its first batch and first query head, and the whole problem's
+    # (batch, heads); None: Q's own (the persistent control maps tiles through them)
+    batch_offset: int = 0
+    head_offset: int = 0
+    whole: tuple[int, int] | None = None
 
     # the same rounded values in fp32, made on use (a chunk's part only, in the chunked check)
     @property
@@ -266,6 +286,27 @@ def _controls(inst, case: AttentionCase, ref) -> dict[str, object]:
         out["dropped_kv_block"] = ref  # rows past the first query block: the bug does not reach them
     if inst.variant == AttentionVariant.DECODE:
         out["dropped_split"] = _attention32(inst, case, mask=inst.mask, keep=_dropped_split_keep(inst, seq_kv))[0]
+    if inst.schedule == AttentionSchedule.PERSISTENT:
+        out["persistent_last_round_skipped"] = persistent_last_round_skipped(inst, case, ref)
+    return out
+
+
+def persistent_last_round_skipped(inst, case: AttentionCase, ref):
+    """Negative control persistent_last_round_skipped: the persistent loop one round short -- every workgroup
+    skips its last tile, i.e. the last `grid` tiles (instance.persistent_tile's order) stay unwritten (verify's
+    NaN fill). With no more tiles than workgroups that is every tile; persistent_rounds_shape has more."""
+    batch, heads = case.whole if case.whole is not None else (case.Q.shape[0], case.Q.shape[2])
+    seq_q = case.seq_q if case.seq_q is not None else case.Q.shape[1]
+    shape = (batch, heads, case.K.shape[2], seq_q, case.K.shape[1])
+    tiles = inst.persistent_tiles(shape)
+    out = ref.clone()
+    rows0, rows1 = case.q_offset, case.q_offset + ref.shape[1]
+    for tile in range(tiles - min(inst.persistent_workgroups, tiles), tiles):
+        qb, h, b = inst.persistent_tile(tile, shape)
+        lo, hi = max(qb * inst.block_m, rows0), min((qb + 1) * inst.block_m, rows1)
+        b, h = b - case.batch_offset, h - case.head_offset
+        if lo < hi and 0 <= b < ref.shape[0] and 0 <= h < ref.shape[2]:
+            out[b, lo - rows0:hi - rows0, h] = float("nan")
     return out
 
 
@@ -305,7 +346,8 @@ def attention_chunks(inst, case: AttentionCase, max_elements: int):
             for q0 in range(0, sq, q_step):
                 rows = slice(q0, q0 + q_step)
                 sub = AttentionCase(Q=case.Q[bi:bi + 1, rows, heads], K=case.K[bi:bi + 1, :, g0:g0 + kv_step],
-                                    V=case.V[bi:bi + 1, :, g0:g0 + kv_step], q_offset=q0, seq_q=sq)
+                                    V=case.V[bi:bi + 1, :, g0:g0 + kv_step], q_offset=q0, seq_q=sq,
+                                    batch_offset=bi, head_offset=g0 * group, whole=(b, h))
                 ref, mag = _attention32(inst, sub, mask=inst.mask, stats=True)
                 controls = _controls(inst, sub, ref)
                 yield CheckChunk(index=(slice(bi, bi + 1), rows, heads), ref=ref, mag=mag, controls=controls)

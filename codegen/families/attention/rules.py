@@ -21,6 +21,7 @@ from codegen.families.attention.spec import (
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
+from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 
 ATTENTION_TYPES = (DType.FP16, DType.BF16)
@@ -116,10 +117,16 @@ def attn_mma_shape(c: AttentionContext) -> Iterator[Violation]:
     if mma is None:
         return  # dtype_supported reports it
     word = f"{c.spec.dtypes.input.value} MMA tile {mma} on {hw.target}"
-    n_step = max(mma.n, mma.k)  # block_n is the N of Q.K^T and the K of P.V
+    n_step = max(mma.n, mma.k)  # block_n is the N of Q.K^T and the K of P.V (P.V packs no MFMA ops: k_pack 1)
     if t.block_n % n_step:
         yield Violation(rule="mma_shape", path=c.at("tiling", "block_n"), value=t.block_n,
                         message=f"must be a multiple of {n_step} (the N and K of the {word})")
+    # head_dim is the K of Q.K^T, which packs k_pack MFMA ops per step (schedule persistent; k_pack_target
+    # reports a k_pack on another target). 64 and 128 are multiples of every packed K TileLang has (16 x 2)
+    k_pack = c.tuning.k_pack if c.target.supports_k_pack else 1
+    if k_pack > 1 and c.spec.head_dim in ATTENTION_HEAD_DIMS and c.spec.head_dim % (mma.k * k_pack):
+        yield Violation(rule="mma_shape", path=("head_dim",), value=c.spec.head_dim,
+                        message=f"must be a multiple of {mma.k * k_pack} (the K of the {word} times k_pack={k_pack})")
     if t.threads % hw.wave_lanes or not hw.min_threads <= t.threads <= hw.max_threads_per_workgroup:
         return  # wave_multiple reports the thread count
     if c.tuning.schedule == AttentionSchedule.WS:
@@ -212,6 +219,44 @@ def attn_ws_variant(c: AttentionContext) -> Iterator[Violation]:
                         message=f"schedules the prefill KV loop only: variant {c.spec.variant.value} takes schedule: default")
 
 
+def _k_pack_targets() -> list[str]:
+    return [t.value for t, spec in TARGETS.items() if spec.supports_k_pack]
+
+
+def attn_k_pack_target(c: AttentionContext) -> Iterator[Violation]:
+    """Rule k_pack_target, as the GEMM's: k_pack is an argument of TileLang's ROCm gemm only
+    (TargetSpec.supports_k_pack). A top-level value is used by the targets that take it; asking it of another
+    target's override, or of no target that takes it, is an error."""
+    override = c.spec.overrides.get(c.hw.target)
+    if not c.target.supports_k_pack and override is not None and override.k_pack not in (None, 1):
+        yield Violation(rule="k_pack_target", path=("overrides", c.hw.target.value, "k_pack"), value=override.k_pack,
+                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
+                                f"not {c.hw.target}")
+    # every target finds a top-level value no target takes alike; build_instances reports identical lines once
+    if c.spec.k_pack != 1 and not any(TARGETS[t].supports_k_pack and c.spec.tuning_for(t)[1]["k_pack"] == ("k_pack",)
+                                      for t in c.spec.targets):
+        yield Violation(rule="k_pack_target", path=("k_pack",), value=c.spec.k_pack,
+                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
+                                "and no such target here uses this value")
+
+
+def attn_k_pack_schedule(c: AttentionContext) -> Iterator[Violation]:
+    """Rule k_pack_schedule: only the persistent template passes k_pack to its gemms (the default and decode
+    templates are what their committed kernels were named by; an argument added there would rename them all)."""
+    if c.tuning.k_pack != 1 and c.target.supports_k_pack and c.tuning.schedule != AttentionSchedule.PERSISTENT:
+        yield Violation(rule="k_pack_schedule", path=c.at("k_pack"), value=c.tuning.k_pack,
+                        message=f"k_pack {c.tuning.k_pack} is taken by schedule: persistent only, not schedule: "
+                                f"{c.tuning.schedule.value}")
+
+
+def attn_persistent_variant(c: AttentionContext) -> Iterator[Violation]:
+    """Rule persistent_variant: persistent loops over prefill query blocks; decode's grid is its KV splits."""
+    if c.tuning.schedule == AttentionSchedule.PERSISTENT and c.spec.variant != AttentionVariant.PREFILL:
+        yield Violation(rule="persistent_variant", path=c.at("schedule"), value=c.tuning.schedule.value,
+                        message=f"loops over the query blocks of a prefill: variant {c.spec.variant.value} "
+                                "takes schedule: default")
+
+
 def _ws_applies(c: AttentionContext) -> bool:
     """schedule ws where it can exist (ws_target and ws_variant report the rest once)."""
     return (c.tuning.schedule == AttentionSchedule.WS and c.target.warp_specialization
@@ -260,8 +305,8 @@ def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
 
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
-    attn_tail_policy, attn_split_kv, attn_causal_alignment, attn_ws_target, attn_ws_variant, attn_ws_tiles,
-    attn_ws_registers,
+    attn_tail_policy, attn_split_kv, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule, attn_ws_target,
+    attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_persistent_variant,
 )
 
 

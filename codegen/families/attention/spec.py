@@ -68,10 +68,14 @@ class AttentionSchedule(StrEnum):
     (num_stages; on sm_90 its automatic producer/consumer warp specialization). ws (sm_90 only): written
     warp-specialized, FA3 style: a TMA producer warpgroup and block_m/64 consumer warpgroups of 64 query
     rows each, explicit full/empty mbarriers per K/V slot, setmaxnreg, and asynchronous wgmma so the
-    softmax of KV block k runs while P.V of block k-1 is in flight."""
+    softmax of KV block k runs while P.V of block k-1 is in flight. persistent: the default schedule's KV
+    loop inside a persistent loop, as the gfx942 attention kernels do: a grid of one workgroup per CU/SM,
+    each looping over (query block, head, batch) tiles, its LDS/shared tiles and fragments allocated once
+    (rules persistent_*)."""
 
     DEFAULT = "default"
     WS = "ws"
+    PERSISTENT = "persistent"
 
 
 class AttentionShape(Model):
@@ -95,6 +99,7 @@ class AttentionTuning(Model):
     pipeline: Pipeline = Pipeline()
     split_kv: PositiveInt = 1
     schedule: AttentionSchedule = AttentionSchedule.DEFAULT
+    k_pack: Literal[1, 2] = 1
 
 
 class AttentionOverride(Model):
@@ -102,6 +107,7 @@ class AttentionOverride(Model):
     pipeline: Pipeline | None = None
     split_kv: PositiveInt | None = None
     schedule: AttentionSchedule | None = None
+    k_pack: Literal[1, 2] | None = None
 
 
 class AttentionSpec(Model):
@@ -116,7 +122,10 @@ class AttentionSpec(Model):
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
     split_kv: PositiveInt = 1  # decode: workgroups the KV sequence of one (batch, K/V head) is split over
-    schedule: AttentionSchedule = AttentionSchedule.DEFAULT  # prefill KV loop: default or ws (sm_90, rule ws_*)
+    # prefill KV loop: default, ws (sm_90, rules ws_*) or persistent (rules persistent_*)
+    schedule: AttentionSchedule = AttentionSchedule.DEFAULT
+    # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, k_pack_schedule)
+    k_pack: Literal[1, 2] = 1
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -130,7 +139,8 @@ class AttentionSpec(Model):
         return resolve_tuning(self, AttentionTuning, target)
 
 
-ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages", "split_kv", "schedule")
+ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages", "split_kv", "schedule",
+                      "k_pack")
 AttentionSearch = search_model("AttentionSearch", AttentionSpec, ATTENTION_TUNABLES)
 AttentionSpec.model_rebuild()
 
