@@ -56,13 +56,18 @@ def hand_spec(spec: BaseModel, target: Target) -> BaseModel:
         tuning, _ = spec.tuning_for(target)
         update |= {f: getattr(tuning, f) for f in type(tuning).model_fields} | {"overrides": {}}
         # a top-level value this target ignores (k_pack, lds_layout on sm_90: the AMD targets of the spec take
-        # it) would be refused in a spec of this target alone; the target's kernel is the same without it
+        # it; b_eviction, epilogue on the AMD targets: sm_90 takes them) would be refused in a spec of this
+        # target alone; the target's kernel is the same without it
         ts = TARGETS[target]
         if "k_pack" in update and not ts.supports_k_pack:
             update["k_pack"] = 1
         lds = update.get("lds_layout")
         if lds is not None and lds.value not in ts.gemm_lds_layouts:
             update["lds_layout"] = type(lds)("natural")
+        for name, default in (("b_eviction", "normal"), ("epilogue", "direct")):  # sm_90's TMA copy options
+            value = update.get(name)
+            if value is not None and not ts.tma_copies:
+                update[name] = type(value)(default)
     return spec.model_copy(update=update)
 
 

@@ -435,6 +435,7 @@ def target_spec(hw: Hardware, *, find_toolchain: Callable[..., AmdToolchain],
         supports_k_pack=True,  # TileLang's ROCm gemm packs MFMA ops along K
         # the MFMA reads a K x N tile 2 bytes a lane (ds_read_u16); transposed_b gives it K-contiguous rows
         gemm_lds_layouts=("natural", "transposed_b"),
+        tma_copies=False,  # no TMA: tile copies are global loads + LDS writes
         explicit_pipeline_schedule=True,  # TileLang 0.1.15 ignores num_stages on HIP
         reduce_workspace_in_lds=True,  # seen in the lowered source: a `workspace` buffer per reduction
         warp_specialization=False,

@@ -161,6 +161,10 @@ class TargetSpec:
     # how a tiled GEMM may stage a K x N B tile in LDS/shared memory (spec field lds_layout): "natural" (as
     # stored) everywhere; "transposed_b" (written N x K, read as the nt kernels read B) where its gemm gains by it
     gemm_lds_layouts: tuple[str, ...]
+    # TileLang lowers the GEMM's global <-> shared tile copies through TMA here (cp.async.bulk.tensor): the
+    # options only a TMA copy has -- an L2 eviction priority on B's loads (spec b_eviction) and C staged through
+    # shared memory for TMA stores (epilogue shared) -- are offered where this is True (rules *_target)
+    tma_copies: bool
     explicit_pipeline_schedule: bool  # T.Pipelined(num_stages) is a plain loop here: emit order/stage lists
     reduce_workspace_in_lds: bool  # T.reduce_max / T.reduce_sum take one fp32 per thread of LDS each
     # hand-written warp specialization (TMA loads on mbarriers, setmaxnreg, asynchronous wgmma with

@@ -416,6 +416,7 @@ TARGET = TargetSpec(
     gemm_fn="T.gemm",
     supports_k_pack=False,
     gemm_lds_layouts=("natural",),  # wgmma reads a K x N tile through its own (transposed) descriptor
+    tma_copies=True,  # T.copy global -> shared / shared -> global: tl::tma_load / tl::tma_store
     explicit_pipeline_schedule=False,  # TileLang schedules num_stages itself (TMA + mbarriers)
     reduce_workspace_in_lds=False,  # warp shuffles only
     warp_specialization=True,  # T.tma_copy + mbarriers, T.dec/inc_max_nreg, T.wgmma_gemm + T.wait_wgmma

@@ -6,8 +6,17 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
-from codegen.families.gemm.rules import gemv_vector, lds_bytes, transposed_b_rows
-from codegen.families.gemm.spec import GemmSpec, GridPolicy, LdsLayout, Precision, Structure, WarpPolicy
+from codegen.families.gemm.rules import b_eviction, gemv_vector, lds_bytes, shared_epilogue, transposed_b_rows
+from codegen.families.gemm.spec import (
+    Epilogue,
+    Eviction,
+    GemmSpec,
+    GridPolicy,
+    LdsLayout,
+    Precision,
+    Structure,
+    WarpPolicy,
+)
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
@@ -33,6 +42,12 @@ DYNAMIC_M_TEMPLATE = "gemm_dynamic_m.py.j2"
 # grid persistent: its own template (a tile loop in a grid of min(tiles, resident) workgroups), so that adding
 # it renamed no kernel of gemm.py.j2
 PERSISTENT_TEMPLATE = "gemm_persistent.py.j2"
+# b_eviction / epilogue (sm_90's TMA copy options): the tiles kernel of gemm.py.j2 with a hint on B's copies and
+# C staged through shared memory, in a template of its own so that adding them renamed no kernel of gemm.py.j2
+TMA_TEMPLATE = "gemm_tma.py.j2"
+# epilogue shared: TileLang 0.1.15 stores the shared C tile (128-byte swizzled) as TMA boxes of 128 bytes of a row
+# by every row of the tile -- ceil(block_n / box) tma_store calls a tile (lowered source; tests/test_tma_copies.py)
+EPILOGUE_BOX_BYTES = 128
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
 
 
@@ -45,7 +60,8 @@ class GemmInstance(InstanceBase):
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
                                                       "fp32_product": None, "lds_layout": "natural", "dynamic_m": None,
                                                       "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0,
-                                                      "grid": "tiles", "resident_workgroups": 0}
+                                                      "grid": "tiles", "resident_workgroups": 0,
+                                                      "b_eviction": "normal", "epilogue": "direct"}
 
     # identity
     name: str
@@ -111,9 +127,23 @@ class GemmInstance(InstanceBase):
     grid: str = GridPolicy.TILES.value
     resident_workgroups: int = 0
 
+    # sm_90's TMA copy options (TMA_TEMPLATE): Eviction, the L2 priority of B's tile loads ("normal": no hint);
+    # Epilogue, "direct" (fragment -> global) or "shared" (fragment -> a shared C tile -> TMA stores)
+    b_eviction: str = Eviction.NORMAL.value
+    epilogue: str = Epilogue.DIRECT.value
+
     @property
     def persistent(self) -> bool:
         return self.grid == GridPolicy.PERSISTENT.value
+
+    @property
+    def shared_epilogue(self) -> bool:
+        return self.epilogue == Epilogue.SHARED.value
+
+    @property
+    def epilogue_box_n(self) -> int:
+        """Columns of C one TMA store of the shared epilogue writes (block_m rows each): EPILOGUE_BOX_BYTES of a row."""
+        return min(self.block_n, EPILOGUE_BOX_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[2])])
 
     def persistent_schedule(self, m: int, n: int) -> PersistentSchedule:
         """The persistent grid at one problem size (what the template's `_schedule` computes)."""
@@ -158,6 +188,8 @@ class GemmInstance(InstanceBase):
         parts += [self.precision] * (self.precision is not None)
         parts += ["dynm"] * (self.dynamic_m is not None)
         parts += ["pers"] * self.persistent
+        parts += [f"ev{self.b_eviction[0]}"] * (self.b_eviction != Eviction.NORMAL.value)  # evf / evl
+        parts += ["epis"] * self.shared_epilogue
         return "_".join(parts) + tail_tag(self.tail)
 
     # ---- template inputs ------------------------------------------------------------------
@@ -196,6 +228,9 @@ class GemmInstance(InstanceBase):
         b_vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[1])]
         staging = ({"b_vec": b_vec, "b_rows": transposed_b_rows(self.block_k, self.block_n, self.threads, b_vec)}
                    if self.transposed_b else {})
+        if self.template == TMA_TEMPLATE:  # T.copy's eviction_policy on every copy of B ('' for no hint)
+            staging["b_hint"] = (", eviction_policy=B_EVICTION"
+                                 if self.b_eviction != Eviction.NORMAL.value else "")
         return staging | {
             "a_shape": a_shape, "b_shape": b_shape, "a_tile": a_tile, "b_tile": b_tile,
             "a_origin": a_origin, "b_origin": b_origin, "k_loop": loop,
@@ -271,6 +306,8 @@ class GemmInstance(InstanceBase):
                                         if self.precision is not None else {}),
             **({"dynamic_m": {"min": self.dynamic_m[0], "max": self.dynamic_m[1]}} if self.dynamic_m else {}),
             **({"grid": self.grid, "resident_workgroups": self.resident_workgroups} if self.persistent else {}),
+            **({"b_eviction": self.b_eviction} if self.b_eviction != Eviction.NORMAL.value else {}),
+            **({"epilogue": self.epilogue} if self.shared_epilogue else {}),
             "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
 
@@ -282,7 +319,9 @@ class GemmInstance(InstanceBase):
                 "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" if self.split_k > 1 else "")
                             + (f", {self.precision}" if self.precision else "")
                             + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else "")
-                            + (f", persistent {self.resident_workgroups}" if self.persistent else ""),
+                            + (f", persistent {self.resident_workgroups}" if self.persistent else "")
+                            + (f", B evict {self.b_eviction}" if self.b_eviction != Eviction.NORMAL.value else "")
+                            + (", C via shared" if self.shared_epilogue else ""),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
@@ -363,11 +402,16 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     resident = (hw.compute_units * target.resident_workgroups(t.threads, lds_bytes(spec, tuning, target))
                 if persistent else 0)
     reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
+    # the TMA copy options on a target that has them, where they apply (rules b_eviction_*, epilogue_*)
+    eviction = b_eviction(spec, tuning, target)
+    epilogue = Epilogue.SHARED if shared_epilogue(spec, tuning, target) else Epilogue.DIRECT
+    tma = eviction != Eviction.NORMAL or epilogue != Epilogue.DIRECT
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
         template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
                   else FP32_TEMPLATE if fp32 else SPLIT_K_TEMPLATE if split > 1 else TRANSPOSED_B_TEMPLATE if transposed
-                  else DYNAMIC_M_TEMPLATE if spec.dynamic_m else PERSISTENT_TEMPLATE if persistent else "gemm.py.j2"),
+                  else DYNAMIC_M_TEMPLATE if spec.dynamic_m else PERSISTENT_TEMPLATE if persistent
+                  else TMA_TEMPLATE if tma else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
@@ -386,4 +430,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         precision=spec.precision.value if fp32 else None, fp32_product=product, lds_layout=lds_layout.value,
         dynamic_m=(spec.dynamic_m.min, spec.dynamic_m.max) if spec.dynamic_m else None,
         grid=GridPolicy.PERSISTENT.value if persistent else GridPolicy.TILES.value, resident_workgroups=resident,
+        b_eviction=eviction.value, epilogue=epilogue.value,
     )

@@ -262,6 +262,20 @@ def last_round_unwritten(inst, ref, m: int, n: int, row0: int = 0, col0: int = 0
     return bad
 
 
+def epilogue_box_unstored(inst, ref, n: int, col0: int = 0):
+    """Negative control of the shared epilogue (epilogue shared): the reference with the last TMA store box of
+    every output tile -- its last epilogue_box_n columns (EPILOGUE_BOX_BYTES of each row), all its rows -- left
+    as verify's NaN-filled C holds them: a store loop one box short, or (a tile one box wide) a tile whose store
+    is never issued. Clipped to C (n/a where every such box lies past n). `ref` holds C[:, col0:] (a chunk)."""
+    bad = ref.clone()
+    box = inst.epilogue_box_n
+    for c in range(0, n, inst.block_n):
+        lo, hi = max(c + inst.block_n - box, 0) - col0, min(c + inst.block_n, n) - col0
+        if hi > 0 and lo < ref.shape[1]:
+            bad[:, max(lo, 0):hi] = float("nan")
+    return bad
+
+
 def split_range(inst, k: int) -> slice:
     """Split 0's K range [0, split_tiles * block_k) (codegen.families.gemm.rules.split_tiles), within k."""
     from codegen.families.gemm.rules import split_tiles
@@ -333,6 +347,8 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
                 controls["ragged_m_block_dropped"] = ragged_m_block_dropped(ref, m, inst.block_m, r0)
             if inst.persistent:
                 controls["last_round_unwritten"] = last_round_unwritten(inst, ref, m, n, r0, c0)
+            if inst.shared_epilogue:
+                controls["epilogue_box_unstored"] = epilogue_box_unstored(inst, ref, n, c0)
             yield CheckChunk(index=(rows, cols), ref=ref, mag=mag, controls=controls)
             del a32, b32, ref, mag, dropped, controls
 
@@ -432,6 +448,8 @@ def controls(inst, case: GemmCase, ref) -> dict[str, object]:
         out["ragged_m_block_dropped"] = ragged_m_block_dropped(ref, ref.shape[0], inst.block_m)
     if inst.persistent:
         out["last_round_unwritten"] = last_round_unwritten(inst, ref, *ref.shape)
+    if inst.shared_epilogue:
+        out["epilogue_box_unstored"] = epilogue_box_unstored(inst, ref, ref.shape[1])
     return out
 
 

@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterator
 
 from codegen.families.gemm.spec import (
     MAX_SPLIT_K,
+    Epilogue,
+    Eviction,
     GemmSpec,
     GemmTuning,
     GridPolicy,
@@ -47,14 +49,52 @@ def transposed_b_rows(block_k: int, block_n: int, threads: int, vector: int) -> 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
     """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers -- for tf32
     and 3xtf32 (gemm_xf32.py.j2's main kernel) the staged TF32 tile sets: one (tf32) or two (3xtf32: high parts
-    and residuals) per buffer; its staging kernels hold one A or B tile, less.
+    and residuals) per buffer; its staging kernels hold one A or B tile, less. With epilogue shared (where it
+    applies: shared_epilogue) the C tile in the output dtype too, in the same bytes: TileLang 0.1.15 merges
+    shared buffers whose lifetimes do not overlap, and the C tile lives after the K loop, so it takes the
+    pipeline's buffers (the lowered source places it at offset 0 with them) -- the larger of the two counts.
     gemv: its lanes load straight into registers; only the cross-lane sum takes one fp32 a thread, on targets
     whose reductions go through LDS."""
     if tuning.structure == Structure.GEMV:
         return tuning.tiling.threads * 4 if target.reduce_workspace_in_lds else 0
     t = tuning.tiling
     per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
-    return per_stage * max(1, tuning.pipeline.stages) * tf32_tile_sets(spec)
+    pipeline = per_stage * max(1, tuning.pipeline.stages) * tf32_tile_sets(spec)
+    return max(pipeline, c_tile_bytes(spec, tuning)) if shared_epilogue(spec, tuning, target) else pipeline
+
+
+def c_tile_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
+    """The shared-memory C tile of epilogue shared: block_m x block_n in the output dtype."""
+    return tuning.tiling.block_m * tuning.tiling.block_n * DTYPE_BYTES[spec.dtypes.out]
+
+
+def tma_copy_misfit(spec: GemmSpec, tuning: GemmTuning) -> str | None:
+    """Why the TMA copy options (b_eviction, epilogue) do not apply to this configuration: only the tiles
+    templates of fp16/bf16/fp8 inputs have them (gemm_tma.py.j2), None where they do."""
+    if tuning.structure == Structure.GEMV:
+        return "structure gemv (no tiles through shared memory)"
+    if spec.dtypes.a == DType.FP32:
+        return "fp32 inputs (their templates, gemm_fp32 and gemm_xf32, have no such copy)"
+    if tuning.split_k > 1:
+        return f"split_k={tuning.split_k} yet (the split-K template has no such copy)"
+    if spec.dynamic_m is not None:
+        return "dynamic_m yet (the dynamic-M template has no such copy)"
+    if tuning.grid == GridPolicy.PERSISTENT:
+        return "grid persistent yet (the persistent template has no such copy)"
+    return None
+
+
+def b_eviction(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> Eviction:
+    """The eviction priority the target's kernel gets: the asked one on a target with TMA copies where it
+    applies, else normal (rules b_eviction_target, b_eviction_combination refuse asking it there)."""
+    if target.tma_copies and tma_copy_misfit(spec, tuning) is None:
+        return tuning.b_eviction
+    return Eviction.NORMAL
+
+
+def shared_epilogue(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> bool:
+    """epilogue shared, on a target with TMA copies, where it applies (as b_eviction)."""
+    return (tuning.epilogue == Epilogue.SHARED and target.tma_copies and tma_copy_misfit(spec, tuning) is None)
 
 
 def tf32_tile_sets(spec: GemmSpec) -> int:
@@ -154,10 +194,15 @@ def lds_budget(c: GemmContext) -> Iterator[Violation]:
     have = c.hw.lds_bytes_per_workgroup
     if need > have:
         t = c.tuning.tiling
+        # epilogue shared: the C tile reuses the pipeline's bytes, so it is named only where it is the larger
+        c_tile = c_tile_bytes(c.spec, c.tuning) if shared_epilogue(c.spec, c.tuning, c.target) else 0
+        what = (f"the epilogue's {t.block_m}x{t.block_n} {c.spec.dtypes.out.value} C tile (epilogue shared; it "
+                "reuses the smaller pipeline buffers)" if c_tile == need else
+                f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s)"
+                + (" x 2 (3xtf32: high parts and residuals)" if tf32_tile_sets(c.spec) == 2 else ""))
         yield Violation(
             rule="lds_budget", path=c.at("tiling"), value=None,
-            message=f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s)"
-                    + (" x 2 (3xtf32: high parts and residuals)" if tf32_tile_sets(c.spec) == 2 else "") + " need "
+            message=f"{what} need{'s' if c_tile == need else ''} "
                     f"{need} B ({need / 1024:g} KiB) of {c.hw.lds_word}, over the {have} B ({have / 1024:g} KiB) "
                     f"per workgroup on {c.hw.target}",
         )
@@ -511,16 +556,76 @@ def persistent_rules(c: GemmContext) -> Iterator[Violation]:
                                 f"does not fit on one {c.hw.target} CU/SM at all: use grid: tiles")
 
 
+# the sm_90 TMA copy options of the tiles template (gemm_tma.py.j2): spec field -> (its default, what it is)
+TMA_OPTIONS = {"b_eviction": (Eviction.NORMAL, "an L2 hint on TMA loads"),
+               "epilogue": (Epilogue.DIRECT, "C through shared memory to TMA stores")}
+TMA_ALIGN_BYTES = 16  # a TMA tensor's strides: multiples of 16 bytes (cuTensorMapEncodeTiled)
+
+
+def _tma_targets() -> list[str]:
+    return [t.value for t, spec in TARGETS.items() if spec.tma_copies]
+
+
+def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
+    """Rules b_eviction_* and epilogue_*: the copy options only sm_90's TMA has. *_target: as lds_layout, a
+    top-level value is used by the targets with TMA copies (TargetSpec.tma_copies: sm_90) and the others keep
+    the default; asking it of another target's override, or of no target that has it, is an error.
+    *_combination: the tiles template only (gemm_tma.py.j2) -- not structure gemv, fp32 inputs, split_k > 1,
+    dynamic_m nor grid persistent (their templates have no such copy). b_eviction_tma: B's rows a multiple of
+    16 bytes at every shape (k for layouts nt/tt, n for nn/tn), else TileLang loads B without TMA and the hint
+    never reaches the code. epilogue_tma: C's rows (n) a multiple of 16 bytes, else TileLang stores the shared
+    C tile with plain stores, no TMA store. The C tile's shared memory is rule lds_budget (lds_bytes)."""
+    override = c.spec.overrides.get(c.hw.target)
+    for name, (default, what) in TMA_OPTIONS.items():
+        rule = f"{name}_target"
+        asked = getattr(override, name) if override is not None else None
+        if asked is not None and asked != default and not c.target.tma_copies:
+            yield Violation(rule=rule, path=("overrides", c.hw.target.value, name), value=asked.value,
+                            message=f"{name} {asked.value} is {what}, only for {', '.join(_tma_targets())}, "
+                                    f"not {c.hw.target}")
+        # every target finds a top-level value no target takes alike; build_instances reports identical lines once
+        top = getattr(c.spec, name)
+        if top != default and not any(TARGETS[t].tma_copies and c.spec.tuning_for(t)[1][name] == (name,)
+                                       for t in c.spec.targets):
+            yield Violation(rule=rule, path=(name,), value=top.value,
+                            message=f"{name} {top.value} is {what}, only for {', '.join(_tma_targets())}, and no "
+                                    "such target here uses this value")
+    if not c.target.tma_copies:
+        return
+    asked = {name: getattr(c.tuning, name) for name, (default, _) in TMA_OPTIONS.items()
+             if getattr(c.tuning, name) != default}
+    why = tma_copy_misfit(c.spec, c.tuning) if asked else None
+    for name, value in asked.items():
+        if why:
+            yield Violation(rule=f"{name}_combination", path=c.at(name), value=value.value,
+                            message=f"not with {why}: leave {name} at {TMA_OPTIONS[name][0].value}")
+    if why:
+        return
+    b, out = c.spec.dtypes.b, c.spec.dtypes.out
+    for i, s in enumerate(c.spec.shapes):
+        row, dim = (s.k, "k") if c.spec.layout.trans_b else (s.n, "n")
+        if "b_eviction" in asked and row * DTYPE_BYTES[b] % TMA_ALIGN_BYTES:
+            yield Violation(rule="b_eviction_tma", path=("shapes", i), value=None,
+                            message=f"B's rows are {dim}={row} {b.value} elements ({row * DTYPE_BYTES[b]} B), not a "
+                                    f"multiple of {TMA_ALIGN_BYTES} B: TileLang loads B without TMA there, and "
+                                    f"b_eviction {asked['b_eviction'].value} would not reach the code")
+        if "epilogue" in asked and s.n * DTYPE_BYTES[out] % TMA_ALIGN_BYTES:
+            yield Violation(rule="epilogue_tma", path=("shapes", i), value=None,
+                            message=f"C's rows are n={s.n} {out.value} elements ({s.n * DTYPE_BYTES[out]} B), not a "
+                                    f"multiple of {TMA_ALIGN_BYTES} B: TileLang stores the shared C tile without TMA "
+                                    "there (use epilogue: direct)")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
     tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
-    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules,
+    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
                                      gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
-                                     split_k_rules, persistent_rules)
+                                     split_k_rules, persistent_rules, tma_copy_rules)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

@@ -70,6 +70,28 @@ class GridPolicy(StrEnum):
     PERSISTENT = "persistent"
 
 
+class Eviction(StrEnum):
+    """The L2 eviction priority of a tiled GEMM's B tile loads on sm_90 (`b_eviction`): TileLang's
+    `T.copy(..., eviction_policy="evict_<value>")`, a cache hint on the TMA load (cp.async.bulk.tensor with
+    .L2::cache_hint). normal: no hint (TileLang's default). first: B's lines are the first to leave L2 --
+    for a weight each of whose tiles is read by few row blocks (at most ~2, ceil(M / block_m)), so that it
+    does not push A and C out. last: they are kept longest. A hint only: the results are the same bits."""
+
+    NORMAL = "normal"
+    FIRST = "first"
+    LAST = "last"
+
+
+class Epilogue(StrEnum):
+    """How a tiled GEMM writes its C tile (`epilogue`). direct: from the accumulator registers to global
+    memory (TileLang's fragment store). shared: rounded to the output dtype into a C tile in shared memory,
+    then copied to global memory as a whole -- on sm_90 TileLang lowers that copy to TMA stores
+    (cp.async.bulk.tensor, one per 128-byte-wide column box) where C's rows are a multiple of 16 bytes."""
+
+    DIRECT = "direct"
+    SHARED = "shared"
+
+
 MAX_SPLIT_K = 64  # rule split_k_limit: workgroups one output tile's K range is split over
 
 
@@ -139,6 +161,8 @@ class GemmTuning(Model):
     lds_layout: LdsLayout = LdsLayout.NATURAL
     split_k: PositiveInt = 1
     grid: GridPolicy = GridPolicy.TILES
+    b_eviction: Eviction = Eviction.NORMAL
+    epilogue: Epilogue = Epilogue.DIRECT
 
 
 class GemmOverride(Model):
@@ -151,6 +175,8 @@ class GemmOverride(Model):
     k_pack: Literal[1, 2] | None = None
     lds_layout: LdsLayout | None = None
     grid: GridPolicy | None = None
+    b_eviction: Eviction | None = None
+    epilogue: Epilogue | None = None
 
 
 class GemmSpec(Model):
@@ -174,6 +200,10 @@ class GemmSpec(Model):
     # tiled: one workgroup per output tile, or a persistent grid of min(tiles, CUs/SMs x resident) workgroups
     # looping over the tiles in swizzle_panel order (rules persistent_*)
     grid: GridPolicy = GridPolicy.TILES
+    # sm_90, tiled: the L2 eviction priority of B's TMA loads, and C written through a shared-memory tile (TMA
+    # stores); both in gemm_tma.py.j2 (rules b_eviction_*, epilogue_*)
+    b_eviction: Eviction = Eviction.NORMAL
+    epilogue: Epilogue = Epilogue.DIRECT
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
@@ -191,7 +221,7 @@ class GemmSpec(Model):
 
 GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
                  "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k",
-                 "grid")
+                 "grid", "b_eviction", "epilogue")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 
@@ -220,6 +250,8 @@ STARTER = """\
   # lds_layout: natural     # gfx942/gfx950, layouts nn/tn: natural | transposed_b (B written into LDS as N x K)
   structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
   # grid: tiles             # tiled: tiles (a workgroup per output tile) | persistent (one per CU/SM slot, looping)
+  # b_eviction: normal      # sm_90: normal | first | last -- L2 priority of B's TMA loads (first: a weight read <= 2x)
+  # epilogue: direct        # sm_90: direct | shared -- C through a shared-memory tile and TMA stores
   split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   tail: none                # none | predicated | specialized
