@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import gemv_vector, lds_bytes, transposed_b_rows
-from codegen.families.gemm.spec import GemmSpec, LdsLayout, Precision, Structure, WarpPolicy
+from codegen.families.gemm.spec import GemmSpec, LdsLayout, Precision, Staging, Structure, WarpPolicy
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
@@ -30,6 +30,9 @@ XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf
 TRANSPOSED_B_TEMPLATE = "gemm_transposed_b.py.j2"
 # dynamic_m: gemm.py.j2 unchanged (so no static kernel is renamed) plus a dynamic-M entry point
 DYNAMIC_M_TEMPLATE = "gemm_dynamic_m.py.j2"
+# staging padded: A and B copied into zero-padded workspaces of whole blocks, then the main kernel; its own
+# template, so that adding it renamed no kernel of gemm.py.j2
+PADDED_TEMPLATE = "gemm_padded.py.j2"
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
 
 
@@ -41,7 +44,8 @@ class GemmInstance(InstanceBase):
     # stay out of the configuration hash, so adding them renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
                                                       "fp32_product": None, "lds_layout": "natural", "dynamic_m": None,
-                                                      "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0}
+                                                      "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0,
+                                                      "staging": "none"}
 
     # identity
     name: str
@@ -100,6 +104,14 @@ class GemmInstance(InstanceBase):
     def transposed_b(self) -> bool:
         return self.lds_layout == LdsLayout.TRANSPOSED_B.value
 
+    # Staging: none (tiles read from the caller's A and B) | padded (PADDED_TEMPLATE: A and B first copied into
+    # zero-padded workspaces of whole blocks)
+    staging: str = Staging.NONE.value
+
+    @property
+    def padded(self) -> bool:
+        return self.staging == Staging.PADDED.value
+
     # (min, max): M is symbolic (T.dynamic) and one compiled kernel serves every M in it; None: M fixed per compile
     dynamic_m: tuple[int, int] | None = None
 
@@ -136,7 +148,7 @@ class GemmInstance(InstanceBase):
                  f"t{self.threads}", f"s{self.stages}"] + [f"sk{self.split_k}"] * (self.split_k > 1)
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
-        parts += ["ldsbt"] * self.transposed_b
+        parts += ["ldsbt"] * self.transposed_b + ["pad"] * self.padded
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
         parts += [self.precision] * (self.precision is not None)
         parts += ["dynm"] * (self.dynamic_m is not None)
@@ -164,8 +176,8 @@ class GemmInstance(InstanceBase):
         k0 = "(k_first + kk) * BLOCK_K" if self.split_k > 1 else "k * BLOCK_K"
         a_origin = f"{k0}, row0" if self.trans_a else f"row0, {k0}"
         b_origin = f"col0, {k0}" if self.trans_b else f"{k0}, col0"
-        loop = pipelined_loop("split_tiles" if self.split_k > 1 else "k_tiles", self.stages, self.pipeline_order,
-                              self.pipeline_stage)
+        extent = "split_tiles" if self.split_k > 1 else "T.ceildiv(K, BLOCK_K)" if self.padded else "k_tiles"
+        loop = pipelined_loop(extent, self.stages, self.pipeline_order, self.pipeline_stage)
         gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}",
                      f"policy={_POLICY[WarpPolicy(self.policy)]}"]
         # one element of each staged tile for the CUDA-core product (fp32_product "fma"): A_s[i, kk] / B_s[kk, j]
@@ -178,6 +190,13 @@ class GemmInstance(InstanceBase):
         b_vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[1])]
         staging = ({"b_vec": b_vec, "b_rows": transposed_b_rows(self.block_k, self.block_n, self.threads, b_vec)}
                    if self.transposed_b else {})
+        if self.padded:  # the workspaces' shapes (storage layout, whole blocks) and each staging tile's origin
+            m_pad, n_pad, k_pad = "_whole(M, BLOCK_M)", "_whole(N, BLOCK_N)", "_whole(K, BLOCK_K)"
+            staging = {"a_pad_shape": f"({k_pad}, {m_pad})" if self.trans_a else f"({m_pad}, {k_pad})",
+                       "b_pad_shape": f"({n_pad}, {k_pad})" if self.trans_b else f"({k_pad}, {n_pad})",
+                       # staging grids: (K tile bx, row block by) of the operand
+                       "a_stage_origin": "bx * BLOCK_K, by * BLOCK_M" if self.trans_a else "by * BLOCK_M, bx * BLOCK_K",
+                       "b_stage_origin": "by * BLOCK_N, bx * BLOCK_K" if self.trans_b else "bx * BLOCK_K, by * BLOCK_N"}
         return staging | {
             "a_shape": a_shape, "b_shape": b_shape, "a_tile": a_tile, "b_tile": b_tile,
             "a_origin": a_origin, "b_origin": b_origin, "k_loop": loop,
@@ -197,26 +216,35 @@ class GemmInstance(InstanceBase):
         return ("A_hi", "B_hi") + ("A_lo", "B_lo") * (self.precision == Precision.X3TF32.value)
 
     def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, ...], ...]:
-        """The fp32 workspaces the kernel takes between B and C, at one problem size: split-K's partials
-        C_PART [split_k, M, N]; gemm_xf32's TF32 operands (rows, K), M or N and K padded to whole blocks."""
+        """The workspaces the kernel takes between B and C, at one problem size: split-K's fp32 partials
+        C_PART [split_k, M, N]; gemm_xf32's TF32 operands (rows, K); staging padded's A_PAD and B_PAD in the
+        operands' storage layouts -- M or N and K padded to whole blocks (dtype: workspace_dtype)."""
         m, n, k = shape
         if self.split_k > 1:
             return ((self.split_k, m, n),)
         rows = {"A": -(-m // self.block_m) * self.block_m, "B": -(-n // self.block_n) * self.block_n}
         k_pad = -(-k // self.block_k) * self.block_k
+        if self.padded:
+            return ((k_pad, rows["A"]) if self.trans_a else (rows["A"], k_pad),
+                    (rows["B"], k_pad) if self.trans_b else (k_pad, rows["B"]))
         return tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
+
+    def workspace_dtype(self) -> str:
+        """The spec dtype of the workspaces: the inputs' own for staging padded (copies of A and B), else fp32
+        (split-K's partials, xf32's TF32 operands in fp32 storage)."""
+        return self.spec_dtypes[0] if self.padded else DType.FP32.value
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """The template's `T.Kernel(...)` grids (T.use_swizzle only remaps block indices inside the grid):
         one (ceil(N/block_n), ceil(M/block_m)) kernel; `specialized`: the interior (N//block_n, M//block_m),
         the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it;
-        gemm_xf32: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B (ceil(K/block_k), ceil(N/block_n)),
-        then the main kernel."""
+        gemm_xf32 and staging padded: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B
+        (ceil(K/block_k), ceil(N/block_n)), then the main kernel."""
         m, n, k = shape
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
-        if self.template == XF32_TEMPLATE:
+        if self.template in (XF32_TEMPLATE, PADDED_TEMPLATE):
             kt = -(-k // self.block_k)
             return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
         if self.split_k > 1:  # the partial products (split along z), then the sum of the partials
@@ -241,6 +269,7 @@ class GemmInstance(InstanceBase):
             "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
             **({"structure": self.structure} if self.structure != Structure.TILED.value else {}),
             **({"lds_layout": self.lds_layout} if self.transposed_b else {}),
+            **({"staging": self.staging} if self.padded else {}),
             **({"split_k": self.split_k, "reduce_block": [self.reduce_block_m, self.reduce_block_n]}
                if self.split_k > 1 else {}),
             "shapes": [list(s) for s in self.shapes],
@@ -263,6 +292,7 @@ class GemmInstance(InstanceBase):
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
                 "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" if self.split_k > 1 else "")
                             + (f", {self.precision}" if self.precision else "")
+                            + (f", staging {self.staging}" if self.padded else "")
                             + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else ""),
                 "tail": self.tail.value}
 
@@ -304,12 +334,15 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
     split = 1 if gemv else tuning.split_k  # gemv never splits K (rule split_k_structure)
+    # staging padded on the tiled structure only (rule staging_structure; staging_dtype, staging_combination
+    # refuse the other templates)
+    padded = tuning.staging == Staging.PADDED and not gemv
     reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
         template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
                   else FP32_TEMPLATE if fp32 else SPLIT_K_TEMPLATE if split > 1 else TRANSPOSED_B_TEMPLATE if transposed
-                  else DYNAMIC_M_TEMPLATE if spec.dynamic_m else "gemm.py.j2"),
+                  else PADDED_TEMPLATE if padded else DYNAMIC_M_TEMPLATE if spec.dynamic_m else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
@@ -327,4 +360,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         tilelang_target=tilelang_target(target),
         precision=spec.precision.value if fp32 else None, fp32_product=product, lds_layout=lds_layout.value,
         dynamic_m=(spec.dynamic_m.min, spec.dynamic_m.max) if spec.dynamic_m else None,
+        staging=(Staging.PADDED if padded else Staging.NONE).value,
     )

@@ -86,6 +86,18 @@ class LdsLayout(StrEnum):
     TRANSPOSED_B = "transposed_b"
 
 
+class Staging(StrEnum):
+    """How a tiled GEMM reads A and B (README "Spec reference", `staging`). none: straight from the caller's
+    tensors, tiles bounds-checked where a shape is ragged (tail). padded: for shapes where an operand's leading
+    dimension (the stride of its rows as stored) is not a multiple of 16 bytes -- which stops 16-byte and TMA
+    loads of its tiles -- small staging kernels in the same module first copy A and B into zero-padded
+    workspaces of whole blocks (rows to block_m / block_n, K to block_k), then the main kernel reads whole tiles
+    with no bounds checks; only its store of C is bounds-checked. The same products: numerics unchanged."""
+
+    NONE = "none"
+    PADDED = "padded"
+
+
 class GemmDTypes(Model):
     a: DType
     b: DType
@@ -127,6 +139,7 @@ class GemmTuning(Model):
     structure: Structure = Structure.TILED
     lds_layout: LdsLayout = LdsLayout.NATURAL
     split_k: PositiveInt = 1
+    staging: Staging = Staging.NONE
 
 
 class GemmOverride(Model):
@@ -138,6 +151,7 @@ class GemmOverride(Model):
     swizzle_panel: NonNegativeInt | None = None
     k_pack: Literal[1, 2] | None = None
     lds_layout: LdsLayout | None = None
+    staging: Staging | None = None
 
 
 class GemmSpec(Model):
@@ -158,6 +172,9 @@ class GemmSpec(Model):
     # tiled: workgroups the K range of each output tile is split over (1 = off): fp32 partials in a workspace
     # [split_k, M, N], summed in a fixed order by a second kernel (rules split_k_*)
     split_k: PositiveInt = 1
+    # tiled: none | padded -- A and B copied into zero-padded workspaces of whole blocks before the main kernel,
+    # for shapes whose operands' leading dimensions are not 16-byte multiples (rules staging_*)
+    staging: Staging = Staging.NONE
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
@@ -174,7 +191,8 @@ class GemmSpec(Model):
 
 
 GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
-                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k")
+                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k",
+                 "staging")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 
@@ -203,6 +221,7 @@ STARTER = """\
   # lds_layout: natural     # gfx942/gfx950, layouts nn/tn: natural | transposed_b (B written into LDS as N x K)
   structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
   split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
+  # staging: none           # tiled: none | padded (odd leading dimensions: A, B copied into zero-padded workspaces)
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   tail: none                # none | predicated | specialized
   targets: [gfx942, sm_90]
