@@ -16,6 +16,7 @@ from codegen.families.gemm.spec import (
     Structure,
 )
 from codegen.hardware import DTYPE_BYTES, DType
+from codegen.yamlsrc import format_path
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
@@ -533,15 +534,14 @@ def staging_rules(c: GemmContext) -> Iterator[Violation]:
                         message="staging: padded's K loop is the pipeline of pipeline.stages, not an explicit "
                                 "unroll: use unroll 1")
     vec = VECTOR_BYTES // DTYPE_BYTES[c.spec.dtypes.a]
-    where = f" (staging on {c.hw.target})" if c.origin["staging"][0] == "overrides" else ""
+    where = f" ({format_path(c.origin['staging'])})" if c.origin["staging"][0] == "overrides" else ""
     for i, s in enumerate(c.spec.shapes):
         if not unaligned_operands(c.spec, s):
-            lds = leading_dims(c.spec.layout, s)
-            shown = ", ".join(f"{op}'s rows {d}={ld}" for op, (d, ld) in lds.items())
+            shown = ", ".join(f"{op}'s {d}={ld}" for op, (d, ld) in leading_dims(c.spec.layout, s).items())
             yield Violation(rule="staging_applies", path=("shapes", i), value=None,
-                            message=f"every leading dimension is a multiple of {vec} elements ({VECTOR_BYTES} bytes): "
-                                    f"{shown}{where}; the tiles load {VECTOR_BYTES} bytes at a time unstaged: use "
-                                    "staging: none for this shape")
+                            message=f"every leading dimension is a multiple of {vec} elements ({VECTOR_BYTES} bytes) "
+                                    f"({shown}), so the tiles load {VECTOR_BYTES} bytes at a time unstaged and "
+                                    f"staging: padded{where} would only add copies: use staging: none")
 
 
 GEMM_RULES: tuple[GemmRule, ...] = (
