@@ -16,11 +16,11 @@ from codegen.families.gemm.spec import (
     Structure,
 )
 from codegen.hardware import DTYPE_BYTES, DType
-from codegen.yamlsrc import format_path
 from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
+from codegen.yamlsrc import format_path
 
 GemmContext = TunedContext[GemmSpec, GemmTuning]
 
