@@ -404,10 +404,11 @@ def first_shapes(first_shape_cache) -> dict[str, BuildResult]:
 def _no_mma_by_design(rendered, kernel) -> bool:
     """A kernel of a GEMM module without MMAs by design: split-K's second kernel (split_k > 1, the fixed-order
     sum of its fp32 partials), or the two staging kernels of gemm_xf32 (tf32/3xtf32: A and B rounded or split
-    into TF32 workspaces before the main kernel)."""
+    into TF32 workspaces before the main kernel) and of staging padded (A and B copied into zero-padded
+    workspaces)."""
     if getattr(rendered.instance, "split_k", 1) > 1:
         return kernel.symbol == f"{rendered.uri}_kernel_1"
-    if rendered.instance.template == "gemm_xf32.py.j2":
+    if rendered.instance.template in ("gemm_xf32.py.j2", "gemm_padded.py.j2"):
         return kernel.symbol in (f"{rendered.uri}_kernel", f"{rendered.uri}_kernel_1")
     return False
 

@@ -4,12 +4,15 @@ tests/data/isa/, with negative controls (scalar loads where 16-byte ones were me
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 import pytest
 
-from codegen.hardware import Target
+from codegen.families.gemm.instance import GemmInstance
+from codegen.hardware import DTYPE_BYTES, DType, Target
+from codegen.pipeline import Project
 from codegen.targets.amdgcn import parse_asm
 from codegen.targets.amdgcn_isa import BANK_CONFLICTS_NOT_ESTIMATED, access_bytes, analyse, vector_warnings
 from codegen.targets.ptx_memory import analyse_ptx, ptx_access_bytes, ptx_vector_warnings
@@ -112,6 +115,21 @@ def test_ptx_of_real_kernels_reads_widths():
     assert mem.global_loads or mem.tma or mem.cp_async
 
 
+@functools.cache
+def _committed_instances() -> dict:
+    return {f.uri: f.instance for f in Project().rendered()}
+
+
+def _rows_unaligned(uri: str, shape: list[int]) -> bool:
+    """A GEMM shape where A's or B's stored rows (stride k, m or n by layout) are no multiple of 16 bytes."""
+    inst = _committed_instances().get(uri)
+    if not isinstance(inst, GemmInstance) or inst.structure != "tiled":
+        return False
+    m, n, k = shape
+    vec = 16 // DTYPE_BYTES[DType(inst.spec_dtypes[0])]
+    return bool((m if inst.trans_a else k) % vec or (k if inst.trans_b else n) % vec)
+
+
 @pytest.mark.parametrize("target", list(Target))
 def test_committed_static_report_has_the_analysis_for_every_kernel(target):
     path = ROOT / "reports" / "static" / f"{target.value}.json"
@@ -128,7 +146,10 @@ def test_committed_static_report_has_the_analysis_for_every_kernel(target):
                 assert est["method"].startswith("estimate:") and est["accesses"] >= est["followed"], k["symbol"]
             elif target == Target.GFX950:
                 assert isa["lds_bank_conflicts"] == BANK_CONFLICTS_NOT_ESTIMATED, k["symbol"]
-            if b["uri"].startswith("gemm_") and target != Target.SM_90:  # sm_90 GEMMs load through TMA
+            # sm_90 GEMMs load through TMA; the staging kernels of `staging: padded` (expected width None: not
+            # checked) and any GEMM at a shape whose operands' rows are off 16-byte boundaries load narrower by design
+            if (b["uri"].startswith("gemm_") and target != Target.SM_90 and isa["expected_global_load_bytes"]
+                    and not _rows_unaligned(b["uri"], b["shape"])):
                 assert "16" in isa["global_load_bytes"], f"{k['symbol']}: a GEMM without dwordx4 loads"
 
 

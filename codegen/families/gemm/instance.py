@@ -14,6 +14,7 @@ from codegen.families.gemm.spec import (
     GridPolicy,
     LdsLayout,
     Precision,
+    Staging,
     Structure,
     WarpPolicy,
 )
@@ -48,6 +49,9 @@ TMA_TEMPLATE = "gemm_tma.py.j2"
 # epilogue shared: TileLang 0.1.15 stores the shared C tile (128-byte swizzled) as TMA boxes of 128 bytes of a row
 # by every row of the tile -- ceil(block_n / box) tma_store calls a tile (lowered source; tests/test_tma_copies.py)
 EPILOGUE_BOX_BYTES = 128
+# staging padded: A and B copied into zero-padded workspaces of whole blocks, then the main kernel; its own
+# template, so that adding it renamed no kernel of gemm.py.j2
+PADDED_TEMPLATE = "gemm_padded.py.j2"
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
 
 
@@ -61,14 +65,15 @@ class GemmInstance(InstanceBase):
                                                       "fp32_product": None, "lds_layout": "natural", "dynamic_m": None,
                                                       "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0,
                                                       "grid": "tiles", "resident_workgroups": 0,
-                                                      "b_eviction": "normal", "epilogue": "direct"}
+                                                      "b_eviction": "normal", "epilogue": "direct",
+                                                      "staging": "none"}
 
     # identity
     name: str
     target: Target
     op: str = "gemm"
-    # gemv.py.j2 for structure gemv; XF32_TEMPLATE, FP32_TEMPLATE, SPLIT_K_TEMPLATE, TRANSPOSED_B_TEMPLATE or
-    # DYNAMIC_M_TEMPLATE for the options they serve (make_instance)
+    # gemv.py.j2 for structure gemv; XF32_TEMPLATE, FP32_TEMPLATE, SPLIT_K_TEMPLATE, TRANSPOSED_B_TEMPLATE,
+    # PADDED_TEMPLATE or DYNAMIC_M_TEMPLATE for the options they serve (make_instance)
     template: str = "gemm.py.j2"
     # provenance (not part of the identity hash)
     spec_file: str = field(compare=False)
@@ -119,6 +124,14 @@ class GemmInstance(InstanceBase):
     @property
     def transposed_b(self) -> bool:
         return self.lds_layout == LdsLayout.TRANSPOSED_B.value
+
+    # Staging: none (tiles read from the caller's A and B) | padded (PADDED_TEMPLATE: A and B first copied into
+    # zero-padded workspaces of whole blocks)
+    staging: str = Staging.NONE.value
+
+    @property
+    def padded(self) -> bool:
+        return self.staging == Staging.PADDED.value
 
     # (min, max): M is symbolic (T.dynamic) and one compiled kernel serves every M in it; None: M fixed per compile
     dynamic_m: tuple[int, int] | None = None
@@ -183,7 +196,7 @@ class GemmInstance(InstanceBase):
                  f"t{self.threads}", f"s{self.stages}"] + [f"sk{self.split_k}"] * (self.split_k > 1)
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
-        parts += ["ldsbt"] * self.transposed_b
+        parts += ["ldsbt"] * self.transposed_b + ["pad"] * self.padded
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
         parts += [self.precision] * (self.precision is not None)
         parts += ["dynm"] * (self.dynamic_m is not None)
@@ -214,8 +227,8 @@ class GemmInstance(InstanceBase):
         k0 = "(k_first + kk) * BLOCK_K" if self.split_k > 1 else "k * BLOCK_K"
         a_origin = f"{k0}, row0" if self.trans_a else f"row0, {k0}"
         b_origin = f"col0, {k0}" if self.trans_b else f"{k0}, col0"
-        loop = pipelined_loop("split_tiles" if self.split_k > 1 else "k_tiles", self.stages, self.pipeline_order,
-                              self.pipeline_stage)
+        extent = "split_tiles" if self.split_k > 1 else "T.ceildiv(K, BLOCK_K)" if self.padded else "k_tiles"
+        loop = pipelined_loop(extent, self.stages, self.pipeline_order, self.pipeline_stage)
         gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}",
                      f"policy={_POLICY[WarpPolicy(self.policy)]}"]
         # one element of each staged tile for the CUDA-core product (fp32_product "fma"): A_s[i, kk] / B_s[kk, j]
@@ -228,6 +241,13 @@ class GemmInstance(InstanceBase):
         b_vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[1])]
         staging = ({"b_vec": b_vec, "b_rows": transposed_b_rows(self.block_k, self.block_n, self.threads, b_vec)}
                    if self.transposed_b else {})
+        if self.padded:  # the workspaces' shapes (storage layout, whole blocks) and each staging tile's origin
+            m_pad, n_pad, k_pad = "_whole(M, BLOCK_M)", "_whole(N, BLOCK_N)", "_whole(K, BLOCK_K)"
+            staging = {"a_pad_shape": f"({k_pad}, {m_pad})" if self.trans_a else f"({m_pad}, {k_pad})",
+                       "b_pad_shape": f"({n_pad}, {k_pad})" if self.trans_b else f"({k_pad}, {n_pad})",
+                       # staging grids: (K tile bx, row block by) of the operand
+                       "a_stage_origin": "bx * BLOCK_K, by * BLOCK_M" if self.trans_a else "by * BLOCK_M, bx * BLOCK_K",
+                       "b_stage_origin": "by * BLOCK_N, bx * BLOCK_K" if self.trans_b else "bx * BLOCK_K, by * BLOCK_N"}
         if self.template == TMA_TEMPLATE:  # T.copy's eviction_policy on every copy of B ('' for no hint)
             staging["b_hint"] = (", eviction_policy=B_EVICTION"
                                  if self.b_eviction != Eviction.NORMAL.value else "")
@@ -247,26 +267,35 @@ class GemmInstance(InstanceBase):
         return ("A_hi", "B_hi") + ("A_lo", "B_lo") * (self.precision == Precision.X3TF32.value)
 
     def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, ...], ...]:
-        """The fp32 workspaces the kernel takes between B and C, at one problem size: split-K's partials
-        C_PART [split_k, M, N]; gemm_xf32's TF32 operands (rows, K), M or N and K padded to whole blocks."""
+        """The workspaces the kernel takes between B and C, at one problem size: split-K's fp32 partials
+        C_PART [split_k, M, N]; gemm_xf32's TF32 operands (rows, K); staging padded's A_PAD and B_PAD in the
+        operands' storage layouts -- M or N and K padded to whole blocks (dtype: workspace_dtype)."""
         m, n, k = shape
         if self.split_k > 1:
             return ((self.split_k, m, n),)
         rows = {"A": -(-m // self.block_m) * self.block_m, "B": -(-n // self.block_n) * self.block_n}
         k_pad = -(-k // self.block_k) * self.block_k
+        if self.padded:
+            return ((k_pad, rows["A"]) if self.trans_a else (rows["A"], k_pad),
+                    (rows["B"], k_pad) if self.trans_b else (k_pad, rows["B"]))
         return tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
+
+    def workspace_dtype(self) -> str:
+        """The spec dtype of the workspaces: the inputs' own for staging padded (copies of A and B), else fp32
+        (split-K's partials, xf32's TF32 operands in fp32 storage)."""
+        return self.spec_dtypes[0] if self.padded else DType.FP32.value
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """The template's `T.Kernel(...)` grids (T.use_swizzle only remaps block indices inside the grid):
         one (ceil(N/block_n), ceil(M/block_m)) kernel; `specialized`: the interior (N//block_n, M//block_m),
         the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it;
-        gemm_xf32: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B (ceil(K/block_k), ceil(N/block_n)),
-        then the main kernel."""
+        gemm_xf32 and staging padded: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B
+        (ceil(K/block_k), ceil(N/block_n)), then the main kernel."""
         m, n, k = shape
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
-        if self.template == XF32_TEMPLATE:
+        if self.template in (XF32_TEMPLATE, PADDED_TEMPLATE):
             kt = -(-k // self.block_k)
             return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
         if self.persistent:  # one workgroup per resident slot, at most one per tile
@@ -293,6 +322,7 @@ class GemmInstance(InstanceBase):
             "dtypes": {"a": a, "b": b, "out": out, "accumulate": acc}, "layout": self.layout,
             **({"structure": self.structure} if self.structure != Structure.TILED.value else {}),
             **({"lds_layout": self.lds_layout} if self.transposed_b else {}),
+            **({"staging": self.staging} if self.padded else {}),
             **({"split_k": self.split_k, "reduce_block": [self.reduce_block_m, self.reduce_block_n]}
                if self.split_k > 1 else {}),
             "shapes": [list(s) for s in self.shapes],
@@ -318,6 +348,7 @@ class GemmInstance(InstanceBase):
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
                 "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" if self.split_k > 1 else "")
                             + (f", {self.precision}" if self.precision else "")
+                            + (f", staging {self.staging}" if self.padded else "")
                             + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else "")
                             + (f", persistent {self.resident_workgroups}" if self.persistent else "")
                             + (f", B evict {self.b_eviction}" if self.b_eviction != Eviction.NORMAL.value else "")
@@ -401,6 +432,9 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     persistent = tuning.grid == GridPolicy.PERSISTENT and not gemv  # rule persistent_structure
     resident = (hw.compute_units * target.resident_workgroups(t.threads, lds_bytes(spec, tuning, target))
                 if persistent else 0)
+    # staging padded on the tiled structure only (rule staging_structure; staging_dtype, staging_combination
+    # refuse the other templates)
+    padded = tuning.staging == Staging.PADDED and not gemv
     reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
     # the TMA copy options on a target that has them, where they apply (rules b_eviction_*, epilogue_*)
     eviction = b_eviction(spec, tuning, target)
@@ -410,8 +444,8 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         name=spec.name, target=target.target, spec_file=spec_file,
         template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
                   else FP32_TEMPLATE if fp32 else SPLIT_K_TEMPLATE if split > 1 else TRANSPOSED_B_TEMPLATE if transposed
-                  else DYNAMIC_M_TEMPLATE if spec.dynamic_m else PERSISTENT_TEMPLATE if persistent
-                  else TMA_TEMPLATE if tma else "gemm.py.j2"),
+                  else PADDED_TEMPLATE if padded else DYNAMIC_M_TEMPLATE if spec.dynamic_m
+                  else PERSISTENT_TEMPLATE if persistent else TMA_TEMPLATE if tma else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
@@ -431,4 +465,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         dynamic_m=(spec.dynamic_m.min, spec.dynamic_m.max) if spec.dynamic_m else None,
         grid=GridPolicy.PERSISTENT.value if persistent else GridPolicy.TILES.value, resident_workgroups=resident,
         b_eviction=eviction.value, epilogue=epilogue.value,
+        staging=(Staging.PADDED if padded else Staging.NONE).value,
     )

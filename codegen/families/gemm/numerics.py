@@ -162,7 +162,7 @@ class GemmCase:
     trans_a: bool = False
     trans_b: bool = False
     tf32_control: bool = False  # the kernel's products are fp32-class where it runs: a TF32 result must fail
-    workspace: tuple = ()  # the fp32 workspaces the kernel takes between B and C (GemmInstance.workspace_shapes)
+    workspace: tuple = ()  # the workspaces the kernel takes between B and C (GemmInstance.workspace_shapes)
 
     @property
     def A32(self):
@@ -183,7 +183,8 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     """'normal': A ~ N(0,1), B ~ N(0, 1/K) (activations times weights, |C| ~ 1).
     'wide': the same times per-row scales of A and per-column scales of B spread over e^[-3, 3]
     (a dynamic range of about 400x each way), clipped to what the dtype holds.
-    Split-K also gets its fp32 workspace, NaN-filled: the kernel must write every partial it reads."""
+    Split-K, xf32 and staging padded also get their workspaces, NaN-filled: the kernel must write every element
+    it reads (staging padded: the padding's zeros too -- a NaN left there poisons every product it meets)."""
     import torch
 
     m, n, k = shape
@@ -202,7 +203,8 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
     # NaN-filled: the kernel must write every element of its workspaces that it reads
-    workspace = tuple(torch.full(s, float("nan"), dtype=torch.float32, device=device) for s in inst.workspace_shapes(shape))
+    ws_dt = torch_dtype(inst.workspace_dtype(), run_target)
+    workspace = tuple(torch.full(s, float("nan"), dtype=ws_dt, device=device) for s in inst.workspace_shapes(shape))
     return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b,
                     tf32_control=product_model(inst, run_target).fp32_class, workspace=workspace)
 
@@ -291,6 +293,14 @@ def dropped_split(inst, a32, b32, ref):
         return ref - a32[:, ks] @ b32[ks, :]
 
 
+def dropped_k_column(a32, b32, ref):
+    """Negative control of staging padded: the reference without the product of the last K column of A and
+    the last K row of B in any element -- a staging copy that stops one element of K short (its padding
+    starting at K - 1), which the main kernel would then read as a zero."""
+    with full_fp32():
+        return ref - a32[:, -1:] @ b32[-1:, :]
+
+
 def tf32_result(a32, b32):
     """Negative control of fp32-class kernels (ieee, 3xtf32): the product of the inputs rounded to TF32
     (nearest), accumulated in fp32 -- what a single-pass TF32 kernel computes."""
@@ -341,6 +351,8 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
                             "dropped_k_tile": dropped}
                 if inst.split_k > 1:
                     controls["dropped_split"] = dropped_split(inst, a32, b32, ref)
+                if inst.padded:
+                    controls["dropped_k_column"] = dropped_k_column(a32, b32, ref)
             if case.tf32_control:
                 controls["tf32_result"] = tf32_result(a32, b32)
             if inst.dynamic_m is not None:
@@ -442,6 +454,8 @@ def controls(inst, case: GemmCase, ref) -> dict[str, object]:
            "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
     if inst.split_k > 1:
         out["dropped_split"] = dropped_split(inst, case.A32, case.B32, ref)
+    if inst.padded:
+        out["dropped_k_column"] = dropped_k_column(case.A32, case.B32, ref)
     if case.tf32_control:
         out["tf32_result"] = tf32_result(case.A32, case.B32)
     if inst.dynamic_m is not None:

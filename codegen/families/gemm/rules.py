@@ -8,12 +8,14 @@ from codegen.families.gemm.spec import (
     MAX_SPLIT_K,
     Epilogue,
     Eviction,
+    GemmShape,
     GemmSpec,
     GemmTuning,
     GridPolicy,
     Layout,
     LdsLayout,
     Precision,
+    Staging,
     Structure,
 )
 from codegen.hardware import DTYPE_BYTES, DType
@@ -21,6 +23,7 @@ from codegen.rules import TunedContext, Violation, threads_violations
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
+from codegen.yamlsrc import format_path
 
 GemmContext = TunedContext[GemmSpec, GemmTuning]
 
@@ -81,6 +84,8 @@ def tma_copy_misfit(spec: GemmSpec, tuning: GemmTuning) -> str | None:
         return "dynamic_m yet (the dynamic-M template has no such copy)"
     if tuning.grid == GridPolicy.PERSISTENT:
         return "grid persistent yet (the persistent template has no such copy)"
+    if tuning.staging == Staging.PADDED:
+        return "staging padded yet (the padded template has no such copy)"
     return None
 
 
@@ -571,7 +576,7 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
     top-level value is used by the targets with TMA copies (TargetSpec.tma_copies: sm_90) and the others keep
     the default; asking it of another target's override, or of no target that has it, is an error.
     *_combination: the tiles template only (gemm_tma.py.j2) -- not structure gemv, fp32 inputs, split_k > 1,
-    dynamic_m nor grid persistent (their templates have no such copy). b_eviction_tma: B's rows a multiple of
+    dynamic_m, grid persistent nor staging padded (their templates have no such copy). b_eviction_tma: B's rows a multiple of
     16 bytes at every shape (k for layouts nt/tt, n for nn/tn), else TileLang loads B without TMA and the hint
     never reaches the code. epilogue_tma: C's rows (n) a multiple of 16 bytes, else TileLang stores the shared
     C tile with plain stores, no TMA store. The C tile's shared memory is rule lds_budget (lds_bytes)."""
@@ -616,16 +621,94 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
                                     "there (use epilogue: direct)")
 
 
+# staging padded: A and B copied into zero-padded workspaces of whole blocks before the main kernel
+# (gemm_padded.py.j2), for shapes where an operand's rows do not start on 16-byte boundaries
+STAGING_DTYPES = (DType.FP16, DType.BF16, DType.FP8_E4M3)  # gemm_padded.py.j2; fp32 inputs: their own templates
+
+
+def leading_dims(layout: Layout, shape: GemmShape) -> dict[str, tuple[str, int]]:
+    """Per operand, the dimension its stored rows run along (the stride between rows, in elements): A is
+    M x K (stride k) or, stored transposed, K x M (stride m); B is K x N (stride n) or N x K (stride k)."""
+    return {"A": ("m", shape.m) if layout.trans_a else ("k", shape.k),
+            "B": ("k", shape.k) if layout.trans_b else ("n", shape.n)}
+
+
+def unaligned_operands(spec: GemmSpec, shape: GemmShape) -> list[str]:
+    """The operands whose rows do not start on VECTOR_BYTES boundaries at this shape (leading dimension not a
+    multiple of VECTOR_BYTES / element bytes): their tiles cannot be read with 16-byte or TMA loads."""
+    vec = VECTOR_BYTES // DTYPE_BYTES[spec.dtypes.a]
+    return [op for op, (_, ld) in leading_dims(spec.layout, shape).items() if ld % vec]
+
+
+def staging_rules(c: GemmContext) -> Iterator[Violation]:
+    """Rules staging_*: what staging padded needs. staging_structure: the tiled structure (gemv reads B
+    straight into registers, no tiles). staging_dtype: fp16, bf16, fp8 inputs (fp32's precision modes have
+    their own templates; tf32/3xtf32 stage already). staging_combination: not with split_k > 1, dynamic_m,
+    lds_layout transposed_b where that applies (their templates read the caller's tensors) or grid persistent
+    (no tile loop here); b_eviction / epilogue refuse it under their own *_combination rules. staging_tail: not
+    tail: specialized (the padded operands are whole blocks: there are no edge kernels to specialize; the
+    store of C is bounds-checked as with predicated). staging_schedule: unroll 1 (the main K loop is the
+    pipeline of pipeline.stages). staging_applies: every shape has an operand whose leading dimension is not
+    a multiple of 16 bytes -- at a shape where both are aligned, the tiles already load 16 bytes at a time and
+    the copies would be pure cost."""
+    if c.tuning.staging == Staging.NONE:
+        return
+    at, value = c.at("staging"), c.tuning.staging.value
+    if c.tuning.structure != Structure.TILED:
+        yield Violation(rule="staging_structure", path=at, value=value,
+                        message=f"only structure tiled stages its operands (this is {c.tuning.structure.value}, which "
+                                "loads B straight into registers): use staging: none")
+        return
+    if c.spec.dtypes.a not in STAGING_DTYPES:
+        yield Violation(rule="staging_dtype", path=at, value=value,
+                        message=f"staging takes {', '.join(d.value for d in STAGING_DTYPES)} inputs, not "
+                                f"{c.spec.dtypes.a.value} (the fp32 templates read the caller's tensors; tf32 and "
+                                "3xtf32 stage into padded workspaces already): use staging: none")
+        return
+    if c.tuning.split_k > 1:
+        yield Violation(rule="staging_combination", path=at, value=value,
+                        message=f"not with split_k={c.tuning.split_k} yet (the split-K template reads the caller's "
+                                "tensors): use staging: none or split_k 1")
+    if c.spec.dynamic_m is not None:
+        yield Violation(rule="staging_combination", path=at, value=value,
+                        message="not with dynamic_m yet (the workspaces are sized for one M): use staging: none")
+    if c.tuning.grid == GridPolicy.PERSISTENT:
+        yield Violation(rule="staging_combination", path=at, value=value,
+                        message="not with grid persistent yet (the padded template has no tile loop): use staging: "
+                                "none or grid: tiles")
+    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
+        yield Violation(rule="staging_combination", path=at, value=value,
+                        message=f"not with lds_layout transposed_b on {c.hw.target} yet (the transposed-B template "
+                                "reads the caller's B): use staging: none or lds_layout: natural")
+    if c.spec.tail == TailPolicy.SPECIALIZED:
+        yield Violation(rule="staging_tail", path=("tail",), value=c.spec.tail.value,
+                        message="staging: padded pads A and B to whole blocks, so there are no edge kernels to "
+                                "specialize: use tail: predicated (only the store of C is bounds-checked)")
+    if c.tuning.unroll > 1:
+        yield Violation(rule="staging_schedule", path=c.at("unroll"), value=c.tuning.unroll,
+                        message="staging: padded's K loop is the pipeline of pipeline.stages, not an explicit "
+                                "unroll: use unroll 1")
+    vec = VECTOR_BYTES // DTYPE_BYTES[c.spec.dtypes.a]
+    where = f" ({format_path(c.origin['staging'])})" if c.origin["staging"][0] == "overrides" else ""
+    for i, s in enumerate(c.spec.shapes):
+        if not unaligned_operands(c.spec, s):
+            shown = ", ".join(f"{op}'s {d}={ld}" for op, (d, ld) in leading_dims(c.spec.layout, s).items())
+            yield Violation(rule="staging_applies", path=("shapes", i), value=None,
+                            message=f"every leading dimension is a multiple of {vec} elements ({VECTOR_BYTES} bytes) "
+                                    f"({shown}), so the tiles load {VECTOR_BYTES} bytes at a time unstaged and "
+                                    f"staging: padded{where} would only add copies: use staging: none")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
     tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
-    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules,
+    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules, staging_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
                                      gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
-                                     split_k_rules, persistent_rules, tma_copy_rules)
+                                     split_k_rules, persistent_rules, tma_copy_rules, staging_rules)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

@@ -119,6 +119,18 @@ class LdsLayout(StrEnum):
     TRANSPOSED_B = "transposed_b"
 
 
+class Staging(StrEnum):
+    """How a tiled GEMM reads A and B (README "Spec reference", `staging`). none: straight from the caller's
+    tensors, tiles bounds-checked where a shape is ragged (tail). padded: for shapes where an operand's leading
+    dimension (the stride of its rows as stored) is not a multiple of 16 bytes -- which stops 16-byte and TMA
+    loads of its tiles -- small staging kernels in the same module first copy A and B into zero-padded
+    workspaces of whole blocks (rows to block_m / block_n, K to block_k), then the main kernel reads whole tiles
+    with no bounds checks; only its store of C is bounds-checked. The same products: numerics unchanged."""
+
+    NONE = "none"
+    PADDED = "padded"
+
+
 class GemmDTypes(Model):
     a: DType
     b: DType
@@ -163,6 +175,7 @@ class GemmTuning(Model):
     grid: GridPolicy = GridPolicy.TILES
     b_eviction: Eviction = Eviction.NORMAL
     epilogue: Epilogue = Epilogue.DIRECT
+    staging: Staging = Staging.NONE
 
 
 class GemmOverride(Model):
@@ -177,6 +190,7 @@ class GemmOverride(Model):
     grid: GridPolicy | None = None
     b_eviction: Eviction | None = None
     epilogue: Epilogue | None = None
+    staging: Staging | None = None
 
 
 class GemmSpec(Model):
@@ -204,6 +218,9 @@ class GemmSpec(Model):
     # stores); both in gemm_tma.py.j2 (rules b_eviction_*, epilogue_*)
     b_eviction: Eviction = Eviction.NORMAL
     epilogue: Epilogue = Epilogue.DIRECT
+    # tiled: none | padded -- A and B copied into zero-padded workspaces of whole blocks before the main kernel,
+    # for shapes whose operands' leading dimensions are not 16-byte multiples (rules staging_*)
+    staging: Staging = Staging.NONE
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
@@ -221,7 +238,7 @@ class GemmSpec(Model):
 
 GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
                  "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k",
-                 "grid", "b_eviction", "epilogue")
+                 "grid", "b_eviction", "epilogue", "staging")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 
@@ -253,6 +270,7 @@ STARTER = """\
   # b_eviction: normal      # sm_90: normal | first | last -- L2 priority of B's TMA loads (first: a weight read <= 2x)
   # epilogue: direct        # sm_90: direct | shared -- C through a shared-memory tile and TMA stores
   split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
+  # staging: none           # tiled: none | padded (odd leading dimensions: A, B copied into zero-padded workspaces)
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   tail: none                # none | predicated | specialized
   targets: [gfx942, sm_90]
