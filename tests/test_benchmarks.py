@@ -88,3 +88,25 @@ def test_dynamic_m_benchmark_script_exits_1_on_this_machine_without_a_gpu(tmp_pa
                           check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "gemm_dynamic_m: no GPU to run on:" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_static_sweep_spaces_load_and_every_point_is_refused_by_a_rule_or_kept():
+    """benchmarks/static_sweep.sh's specs are legal, each has a search block for both targets, and the rules
+    partition every point of each space (a point is refused by named rules or is a kernel: nothing dropped)."""
+    from codegen.hardware import Target
+    from codegen.load import parse_specs
+    from codegen.tune import constrain, expand
+
+    names = []
+    for path in sorted((BENCHMARKS / "static_sweep").glob("sweep_*.yaml")):
+        for ls in parse_specs(path.read_text(), f"benchmarks/static_sweep/{path.name}"):
+            names.append(ls.spec.name)
+            for target in (Target.GFX942, Target.SM_90):
+                points = expand(ls.spec, target)
+                part = constrain(ls, target, points)
+                assert len(part.points) == len(points) > 1
+                assert sum(part.rejected_by_rule.values()) >= sum(bool(p.rules) for p in part.points)
+                assert all(p.rules or p.uri for p in part.points), ls.spec.name
+    assert names == ["sw_attn_bf16", "sw_gemm_bf16", "sw_softmax_bf16", "sw_rmsnorm_fp32", "sw_layernorm_fp16"]
+    script = (BENCHMARKS / "static_sweep.sh").read_text()
+    assert all(name in script for name in names)
