@@ -9,11 +9,12 @@ A rule gets the spec, the target's record and the effective tunables for that ta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from codegen.hardware import Hardware
+from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 
 FieldPath = tuple[str | int, ...]
@@ -47,6 +48,25 @@ class TunedContext(Generic[S, T]):
 
     def at(self, field: str, *rest: str | int) -> FieldPath:
         return self.origin[field] + rest
+
+
+def target_only_value(c: TunedContext, name: str, default: object, takes: Callable[[TargetSpec, object], bool],
+                      what: Callable[[object], str], rule: str) -> Iterator[Violation]:
+    """A tunable only some targets take (k_pack, lds_layout, sm_90's TMA copy options): a top-level value is
+    used by the targets that take it (`takes(target, value)`) and the others keep `default`. Asking it of
+    another target's override is an error, and so is a top-level value that no target here uses (none takes
+    it, or each that does overrides it) -- it would be silently ignored. `what(value)` opens the message."""
+    override = c.spec.overrides.get(c.hw.target)
+    asked = getattr(override, name) if override is not None else None
+    if asked is not None and not takes(c.target, asked):
+        yield Violation(rule=rule, path=("overrides", c.hw.target.value, name), value=getattr(asked, "value", asked),
+                        message=f"{what(asked)}, not {c.hw.target}")
+    # every target finds such a top-level value alike; build_instances reports identical lines once
+    top = getattr(c.spec, name)
+    if top != default and not any(takes(TARGETS[t], top) and c.spec.tuning_for(t)[1][name] == (name,)
+                                  for t in c.spec.targets):
+        yield Violation(rule=rule, path=(name,), value=getattr(top, "value", top),
+                        message=f"{what(top)}, and no such target here uses this value")
 
 
 def threads_violations(threads: int, hw: Hardware, path: FieldPath) -> Iterator[Violation]:

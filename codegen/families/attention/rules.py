@@ -19,7 +19,7 @@ from codegen.families.attention.spec import (
     CausalMask,
 )
 from codegen.hardware import DTYPE_BYTES, DType
-from codegen.rules import TunedContext, Violation, threads_violations
+from codegen.rules import TunedContext, Violation, target_only_value, threads_violations
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -225,19 +225,10 @@ def _k_pack_targets() -> list[str]:
 
 def attn_k_pack_target(c: AttentionContext) -> Iterator[Violation]:
     """Rule k_pack_target, as the GEMM's: k_pack is an argument of TileLang's ROCm gemm only
-    (TargetSpec.supports_k_pack). A top-level value is used by the targets that take it; asking it of another
-    target's override, or of no target that takes it, is an error."""
-    override = c.spec.overrides.get(c.hw.target)
-    if not c.target.supports_k_pack and override is not None and override.k_pack not in (None, 1):
-        yield Violation(rule="k_pack_target", path=("overrides", c.hw.target.value, "k_pack"), value=override.k_pack,
-                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
-                                f"not {c.hw.target}")
-    # every target finds a top-level value no target takes alike; build_instances reports identical lines once
-    if c.spec.k_pack != 1 and not any(TARGETS[t].supports_k_pack and c.spec.tuning_for(t)[1]["k_pack"] == ("k_pack",)
-                                      for t in c.spec.targets):
-        yield Violation(rule="k_pack_target", path=("k_pack",), value=c.spec.k_pack,
-                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
-                                "and no such target here uses this value")
+    (TargetSpec.supports_k_pack); a target-only value (target_only_value)."""
+    yield from target_only_value(c, "k_pack", 1, lambda t, v: v == 1 or t.supports_k_pack,
+                                 lambda v: f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())})",
+                                 "k_pack_target")
 
 
 def attn_k_pack_schedule(c: AttentionContext) -> Iterator[Violation]:

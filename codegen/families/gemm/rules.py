@@ -19,7 +19,7 @@ from codegen.families.gemm.spec import (
     Structure,
 )
 from codegen.hardware import DTYPE_BYTES, DType
-from codegen.rules import TunedContext, Violation, threads_violations
+from codegen.rules import TunedContext, Violation, target_only_value, threads_violations
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -252,18 +252,10 @@ def unroll_divides(c: GemmContext) -> Iterator[Violation]:
 
 
 def k_pack_target(c: GemmContext) -> Iterator[Violation]:
-    override = c.spec.overrides.get(c.hw.target)
-    if not c.target.supports_k_pack and override is not None and override.k_pack not in (None, 1):
-        yield Violation(rule="k_pack_target", path=("overrides", c.hw.target.value, "k_pack"), value=override.k_pack,
-                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
-                                f"not {c.hw.target}")
-    # a top-level k_pack that no k_pack target takes (none listed, or each overrides it) would be silently ignored;
-    # every target finds it alike, and build_instances reports identical lines once
-    if c.spec.k_pack != 1 and not any(TARGETS[t].supports_k_pack and c.spec.tuning_for(t)[1]["k_pack"] == ("k_pack",)
-                                      for t in c.spec.targets):
-        yield Violation(rule="k_pack_target", path=("k_pack",), value=c.spec.k_pack,
-                        message=f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())}), "
-                                "and no such target here uses this value")
+    """Rule k_pack_target: k_pack is an argument of TileLang's ROCm gemm only (TargetSpec.supports_k_pack)."""
+    yield from target_only_value(c, "k_pack", 1, lambda t, v: v == 1 or t.supports_k_pack,
+                                 lambda v: f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())})",
+                                 "k_pack_target")
 
 
 def _k_pack_targets() -> list[str]:
@@ -276,22 +268,10 @@ def _lds_layout_targets(layout: LdsLayout) -> list[str]:
 
 def lds_layout_target(c: GemmContext) -> Iterator[Violation]:
     """Rule lds_layout_target: transposed_b exists only where the target's template was built for it
-    (TargetSpec.gemm_lds_layouts: gfx942, gfx950). As k_pack: a top-level value is used by the targets that
-    take it; asking it of another target's override, or of no target that takes it, is an error."""
-    override = c.spec.overrides.get(c.hw.target)
-    if override is not None and override.lds_layout is not None and override.lds_layout.value not in c.target.gemm_lds_layouts:
-        yield Violation(rule="lds_layout_target", path=("overrides", c.hw.target.value, "lds_layout"),
-                        value=override.lds_layout.value,
-                        message=f"{override.lds_layout.value} is only for "
-                                f"{', '.join(_lds_layout_targets(override.lds_layout))}, not {c.hw.target}")
-    # every target finds a top-level value no target takes alike; build_instances reports identical lines once
-    top = c.spec.lds_layout
-    if top != LdsLayout.NATURAL and not any(top.value in TARGETS[t].gemm_lds_layouts
-                                             and c.spec.tuning_for(t)[1]["lds_layout"] == ("lds_layout",)
-                                             for t in c.spec.targets):
-        yield Violation(rule="lds_layout_target", path=("lds_layout",), value=top.value,
-                        message=f"{top.value} is only for {', '.join(_lds_layout_targets(top))}, "
-                                "and no such target here uses this value")
+    (TargetSpec.gemm_lds_layouts: gfx942, gfx950); a target-only value as k_pack (target_only_value)."""
+    yield from target_only_value(c, "lds_layout", LdsLayout.NATURAL, lambda t, v: v.value in t.gemm_lds_layouts,
+                                 lambda v: f"{v.value} is only for {', '.join(_lds_layout_targets(v))}",
+                                 "lds_layout_target")
 
 
 def _transposed_b_asked(c: GemmContext) -> bool:
@@ -580,21 +560,10 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
     16 bytes at every shape (k for layouts nt/tt, n for nn/tn), else TileLang loads B without TMA and the hint
     never reaches the code. epilogue_tma: C's rows (n) a multiple of 16 bytes, else TileLang stores the shared
     C tile with plain stores, no TMA store. The C tile's shared memory is rule lds_budget (lds_bytes)."""
-    override = c.spec.overrides.get(c.hw.target)
     for name, (default, what) in TMA_OPTIONS.items():
-        rule = f"{name}_target"
-        asked = getattr(override, name) if override is not None else None
-        if asked is not None and asked != default and not c.target.tma_copies:
-            yield Violation(rule=rule, path=("overrides", c.hw.target.value, name), value=asked.value,
-                            message=f"{name} {asked.value} is {what}, only for {', '.join(_tma_targets())}, "
-                                    f"not {c.hw.target}")
-        # every target finds a top-level value no target takes alike; build_instances reports identical lines once
-        top = getattr(c.spec, name)
-        if top != default and not any(TARGETS[t].tma_copies and c.spec.tuning_for(t)[1][name] == (name,)
-                                       for t in c.spec.targets):
-            yield Violation(rule=rule, path=(name,), value=top.value,
-                            message=f"{name} {top.value} is {what}, only for {', '.join(_tma_targets())}, and no "
-                                    "such target here uses this value")
+        yield from target_only_value(c, name, default, lambda t, v, d=default: v == d or t.tma_copies,
+                                     lambda v, n=name, w=what: f"{n} {v.value} is {w}, only for {', '.join(_tma_targets())}",
+                                     f"{name}_target")
     if not c.target.tma_copies:
         return
     asked = {name: getattr(c.tuning, name) for name, (default, _) in TMA_OPTIONS.items()
