@@ -30,3 +30,13 @@ def errors(text: str, file: str = FILE) -> list[str]:
         raise AssertionError("the spec validated, but an error was expected")
     assert all("\n" not in line for line in lines)
     return lines
+
+
+def check_rule_case(text: str, expected: str | None) -> None:
+    """One row of a rule table: `expected` None -- the spec is legal (it builds instances); else `expected` is
+    among its error lines."""
+    if expected is None:
+        assert build_instances(parse_specs(text, FILE))
+        return
+    found = errors(text)
+    assert expected in found, found

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 from numcheck import check_output
-from spectext import FILE, REPO_ROOT, edit, errors
+from spectext import FILE, REPO_ROOT, check_rule_case, edit, errors
 
 from codegen.build import BuildOptions, build_files
 from codegen.families.gemm.instance import PersistentSchedule
@@ -75,12 +75,7 @@ def files(text: str = BASE):
     ("  tail: none\n", "  tail: none\n  pipeline: {stages: 1}\n  unroll: 2\n", None),
 ])
 def test_persistent_rules(old, new, expected):
-    text = edit(BASE, old, new)
-    if expected is None:
-        assert files(text)
-        return
-    found = errors(text)
-    assert expected in found, found
+    check_rule_case(edit(BASE, old, new), expected)
 
 
 def test_persistent_rules_point_into_an_override():
