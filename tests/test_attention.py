@@ -716,12 +716,12 @@ def test_v_layout_transposed_instance_name_and_natural_renames_nothing():
 
 @pytest.mark.parametrize(("text", "message"), [
     (edit(edit(TRANSPOSED, "  k_pack: 2\n", ""), "schedule: persistent", "schedule: default"),
-     "specs/x.yaml:11:13: v_layout=transposed: v_layout transposed is taken by schedule: persistent only, not "
-     "schedule: default [v_layout_schedule]"),
+     ("specs/x.yaml:11:13: v_layout=transposed: v_layout transposed is taken by schedule: persistent only, not "
+      "schedule: default [v_layout_schedule]")),
     (edit(TRANSPOSED, "block_n: 32, threads: 256", "block_n: 16, threads: 512"),
-     "specs/x.yaml:12:13: v_layout=transposed: the 16x128 tile of V (block_n x head_dim) does not split into 512 "
-     "threads x whole rows of 8 elements (16 bytes): block_n * head_dim must be a multiple of threads * 8, and "
-     "block_n of the keys per thread [v_layout_tile]"),
+     ("specs/x.yaml:12:13: v_layout=transposed: the 16x128 tile of V (block_n x head_dim) does not split into 512 "
+      "threads x whole rows of 8 elements (16 bytes): block_n * head_dim must be a multiple of threads * 8, and "
+      "block_n of the keys per thread [v_layout_tile]")),
     (edit(TRANSPOSED, "v_layout: transposed", "v_layout: swizzled"),
      "specs/x.yaml:12:13: v_layout='swizzled': Input should be 'natural' or 'transposed' [enum]"),
 ])

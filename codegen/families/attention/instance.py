@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from codegen.families.attention.rules import (
+    VECTOR_BYTES,
     WS_PRODUCER_NREG,
     WS_ROWS_PER_CONSUMER,
     WS_WARPGROUP_THREADS,
-    VECTOR_BYTES,
     attention_lds_bytes,
     v_layout_rows,
     ws_consumer_nreg,
