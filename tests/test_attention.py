@@ -629,7 +629,8 @@ def test_the_persistent_seed_is_gfx942_with_k_pack_2():
     names = sorted((n, t) for n, t in FILES if n.endswith("_persistent"))
     assert names == [("attn_fp16_d128_persistent", "gfx942")]
     inst = FILES[names[0]].instance
-    assert (inst.k_pack, inst.schedule, inst.block_m, inst.block_n, inst.stages) == (2, "persistent", 128, 32, 1)
+    assert (inst.k_pack, inst.schedule, inst.block_m, inst.block_n, inst.stages, inst.v_layout) == (
+        2, "persistent", 128, 32, 1, "transposed")
 
 
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])
@@ -695,3 +696,113 @@ def test_persistent_rounds_shape_has_more_tiles_than_workgroups():
             shape = derived_shapes(inst)[-1]
             assert inst.persistent_workgroups < inst.persistent_tiles(shape) < 2 * inst.persistent_workgroups, shape
             assert tail == "predicated" or (shape[3] % inst.block_m == 0 and shape[4] % inst.block_n == 0)
+
+
+# ---- v_layout transposed (attention_persistent.py.j2): V staged head_dim x block_n for P.V ----------------
+
+TRANSPOSED = edit(PERSISTENT, "k_pack: 2", "k_pack: 2\n  v_layout: transposed")
+
+
+def test_v_layout_transposed_instance_name_and_natural_renames_nothing():
+    (inst,) = build_instances(parse_specs(TRANSPOSED, FILE))
+    assert inst.v_transposed and inst.stem() == "attn_fp16_d128_128x32_t256_s1_kp2_persistent_vt"
+    assert inst.metadata("u")["v_layout"] == "transposed" and inst.lds_bytes == build_instances(
+        parse_specs(PERSISTENT, FILE))[0].lds_bytes  # the same V tile, transposed
+    plain = render_all(build_instances(parse_specs(PERSISTENT, FILE)))[0]
+    spelled = render_all(build_instances(parse_specs(edit(PERSISTENT, "k_pack: 2", "k_pack: 2\n  v_layout: natural"), FILE)))[0]
+    assert plain.uri == spelled.uri and plain.text == spelled.text and "V_shared_T" not in plain.text
+    assert "v_layout" not in plain.instance.metadata("u")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(edit(TRANSPOSED, "  k_pack: 2\n", ""), "schedule: persistent", "schedule: default"),
+     ("specs/x.yaml:11:13: v_layout=transposed: v_layout transposed is taken by schedule: persistent only, not "
+      "schedule: default [v_layout_schedule]")),
+    (edit(TRANSPOSED, "block_n: 32, threads: 256", "block_n: 16, threads: 512"),
+     ("specs/x.yaml:12:13: v_layout=transposed: the 16x128 tile of V (block_n x head_dim) does not split into 512 "
+      "threads x whole rows of 8 elements (16 bytes): block_n * head_dim must be a multiple of threads * 8, and "
+      "block_n of the keys per thread [v_layout_tile]")),
+    (edit(TRANSPOSED, "v_layout: transposed", "v_layout: swizzled"),
+     "specs/x.yaml:12:13: v_layout='swizzled': Input should be 'natural' or 'transposed' [enum]"),
+])
+def test_v_layout_rules(text, message):
+    assert errors(text) == [message]
+
+
+def _v_index_functions(f):
+    """The rendered module's V staging functions and constants (plain Python over ints)."""
+    scope: dict[str, object] = {}
+    exec(compile(f.text, f.uri, "exec"), scope)  # noqa: S102 - our own rendered template
+    return scope
+
+
+@pytest.mark.parametrize(("block_n", "head_dim", "threads"), [(32, 128, 256), (16, 128, 256), (64, 64, 256), (32, 64, 128)])
+def test_v_transposed_staging_is_a_permutation(block_n, head_dim, threads):
+    # every element of V's block_n x head_dim tile has one (thread, register), every (thread, register) one
+    # element, by rows and by columns; a 16-byte load takes V_VEC consecutive registers along head_dim, a
+    # write V_ROWS consecutive registers along the keys
+    text = edit(TRANSPOSED, "block_n: 32, threads: 256", f"block_n: {block_n}, threads: {threads}")
+    text = text.replace("head_dim: 128", f"head_dim: {head_dim}")
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    s = _v_index_functions(f)
+    vec, rows = s["V_VEC"], s["V_ROWS"]
+    assert vec == 8 and rows * vec * threads == block_n * head_dim
+    for index in (s["_v_row_index"], s["_v_col_index"]):
+        placed = {(s["_v_thread"](i, j), index(i, j)) for i in range(block_n) for j in range(head_dim)}
+        assert placed == {(t, r) for t in range(threads) for r in range(rows * vec)}
+    for i in range(block_n):
+        for j in range(0, head_dim, vec):
+            t, r = s["_v_thread"](i, j), s["_v_row_index"](i, j)
+            assert [(s["_v_thread"](i, j + e), s["_v_row_index"](i, j + e)) for e in range(vec)] == [(t, r + e) for e in range(vec)]
+    for i in range(0, block_n, rows):
+        for j in range(head_dim):
+            t, r = s["_v_thread"](i, j), s["_v_col_index"](i, j)
+            assert [(s["_v_thread"](i + e, j), s["_v_col_index"](i + e, j)) for e in range(rows)] == [(t, r + e) for e in range(rows)]
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_v_transposed_lowers_with_the_transposed_tile_on_p_v(target):
+    f = FILES[("attn_fp16_d128_persistent", "gfx942")]
+    assert "gemm(P, V_shared_T, acc_o, transpose_B=True" in f.text
+    assert "V_shared_T = T.alloc_shared((HEAD_DIM, BLOCK_N), IN_DTYPE)" in f.text
+    src = lower(f, derived_shapes(f.instance)[-1], target).source
+    assert "V_shared_T" in src and "V_shared[" not in src
+
+
+def test_v_transposed_control_is_rejected():
+    (inst,) = build_instances(parse_specs(TRANSPOSED, FILE))
+    shape = (1, 8, 2, 256, 256)
+    for max_elements in (None, 2 * 128 * 256):
+        status, _cmp, controls = check_output(inst, shape, lambda c, r: r, max_elements=max_elements)
+        assert status == "verified" and controls["v_transposed_keys_reversed"] == "rejected", (max_elements, controls)
+    (natural,) = build_instances(parse_specs(PERSISTENT, FILE))
+    assert "v_transposed_keys_reversed" not in check_output(natural, shape, lambda c, r: r)[2]
+
+
+def test_v_transposed_seed_builds_for_gfx942_with_wide_v_reads_and_no_spills(tmp_path):
+    from spectext import REPO_ROOT
+
+    from codegen.build import BuildOptions, build_files
+    from codegen.targets.gfx942 import find_gfx942
+    from codegen.toolchain import ToolchainMissing
+
+    try:
+        find_gfx942(REPO_ROOT)
+    except ToolchainMissing as exc:
+        pytest.skip(str(exc))
+    f = FILES[("attn_fp16_d128_persistent", "gfx942")]
+    report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=tmp_path, jobs=1, first_shape=True))
+    (r,) = report.results
+    assert r.ok, r.error
+    (k,) = r.kernels
+    reads = k.asm.isa.main_loop.lds_reads
+    assert k.spills == 0 and "ds_read_u16" not in reads and set(reads) <= {
+        "ds_read_b128", "ds_read_b64", "ds_read2st64_b64", "ds_read2_b64", "ds_read_b32"}, reads
+
+
+def test_search_space_takes_v_layout():
+    from codegen.tune import space_of
+
+    text = TRANSPOSED + "  search:\n    gfx942:\n      v_layout: [natural, transposed]\n"
+    (loaded,) = parse_specs(text, FILE)
+    assert ("v_layout", ["natural", "transposed"]) in space_of(loaded.spec, loaded.spec.targets[0])

@@ -7,16 +7,19 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from codegen.families.attention.rules import (
+    VECTOR_BYTES,
     WS_PRODUCER_NREG,
     WS_ROWS_PER_CONSUMER,
     WS_WARPGROUP_THREADS,
     attention_lds_bytes,
+    v_layout_rows,
     ws_consumer_nreg,
     ws_consumers,
 )
-from codegen.families.attention.spec import AttentionSchedule, AttentionSpec, AttentionVariant, CausalMask
+from codegen.families.attention.spec import AttentionSchedule, AttentionSpec, AttentionVariant, CausalMask, VLayout
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
-from codegen.hardware import Target
+from codegen.families.gemm.rules import transposed_b_rows
+from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -25,6 +28,8 @@ from codegen.targets.base import TargetSpec
 # then the compute (mask/clear S, S = Q.K^T, the online-softmax update in 8 statements, O += P.V).
 # An explicit schedule (explicit_pipeline_schedule targets) puts the copies in stage 0 and the compute in stage stages-1.
 ATTENTION_LOOP_COPIES = 2
+# v_layout transposed (persistent): V's copy is three statements -- load into registers, permute, write transposed
+V_TRANSPOSED_COPIES = 4
 ATTENTION_LOOP_COMPUTE = 11
 # The decode template's KV loop: the same two copies, then the mask, S = Q.K^T and the online-softmax
 # update with its -inf guards (a row of a split may see no key yet), O += P.V: 12 statements.
@@ -54,7 +59,7 @@ class AttentionInstance(InstanceBase):
     # hash, so adding the schedule renamed no existing kernel
     IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"schedule": AttentionSchedule.DEFAULT.value, "ws_consumers": 0,
                                                       "ws_producer_nreg": 0, "ws_consumer_nreg": 0, "k_pack": 1,
-                                                      "persistent_workgroups": 0}
+                                                      "persistent_workgroups": 0, "v_layout": VLayout.NATURAL.value}
 
     name: str
     target: Target
@@ -85,6 +90,9 @@ class AttentionInstance(InstanceBase):
     # (query block, head, batch) tiles; 0 for the other schedules
     persistent_workgroups: int
     k_pack: int  # MFMA ops packed along K in Q.K^T (rocm_gemm's k_pack; P.V packs none); 1 on targets without it
+    # persistent: V's LDS tile as stored (natural, BLOCK_N x HEAD_DIM) or transposed (HEAD_DIM x BLOCK_N, P.V with
+    # transpose_B); natural for the other schedules
+    v_layout: str = VLayout.NATURAL.value
     tail: TailPolicy
     allow_spills: bool
     min_waves_per_simd: int | None
@@ -95,6 +103,10 @@ class AttentionInstance(InstanceBase):
 
     def uses_matrix_cores(self) -> bool:
         return True  # Q.K^T and P.V
+
+    @property
+    def v_transposed(self) -> bool:
+        return self.v_layout == VLayout.TRANSPOSED.value
 
     @property
     def causal(self) -> bool:
@@ -110,12 +122,18 @@ class AttentionInstance(InstanceBase):
         split = f"_k{self.split_kv}" if self.variant == AttentionVariant.DECODE else ""
         schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent"}.get(self.schedule, "")
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
+        vt = "_vt" if self.v_transposed else ""
         return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
-                f"_t{self.threads}_s{self.stages}{kp}{split}{schedule}{tail_tag(self.tail)}")
+                f"_t{self.threads}_s{self.stages}{kp}{split}{schedule}{vt}{tail_tag(self.tail)}")
 
     def template_vars(self) -> dict[str, object]:
         loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)
+        # v_layout transposed: elements of one 16-byte load of a key row of V, and the consecutive keys per thread
+        vec = VECTOR_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[0])]
+        v_staging = ({"v_vec": vec, "v_rows": transposed_b_rows(self.block_n, self.head_dim, self.threads, vec)}
+                     if self.v_transposed else {})
         return {
+            **v_staging,
             "target_literal": repr(dict(self.tilelang_target)),
             "kv_loop": loop,
             "gemm_fn": TARGETS[self.target].gemm_fn,
@@ -176,6 +194,7 @@ class AttentionInstance(InstanceBase):
             **({"schedule": self.schedule.value, "persistent": {"workgroups": self.persistent_workgroups}}
                if self.schedule == AttentionSchedule.PERSISTENT else {}),
             **({"k_pack": self.k_pack} if self.k_pack > 1 else {}),
+            **({"v_layout": self.v_layout} if self.v_transposed else {}),
             "tail": self.tail.value, "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd,
             "lds_bytes": self.lds_bytes,
         }
@@ -185,7 +204,8 @@ class AttentionInstance(InstanceBase):
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
                 "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
-                             f"{f'k_pack {self.k_pack}, ' if self.k_pack > 1 else ''}stages {self.stages}"),
+                             f"{f'k_pack {self.k_pack}, ' if self.k_pack > 1 else ''}"
+                             f"{'V transposed, ' if self.v_transposed else ''}stages {self.stages}"),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
@@ -198,15 +218,18 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
     t, stages = tuning.tiling, tuning.pipeline.stages
     decode = spec.variant == AttentionVariant.DECODE
     compute = DECODE_LOOP_COMPUTE if decode else ATTENTION_LOOP_COMPUTE
-    order, stage = explicit_schedule(target, stages, ATTENTION_LOOP_COPIES, compute)
+    prefill = spec.variant == AttentionVariant.PREFILL
+    persistent = tuning.schedule == AttentionSchedule.PERSISTENT and prefill  # decode + persistent: never rendered
+    # v_layout transposed where its rules pass (v_layout_schedule, v_layout_tile report the rest; never rendered)
+    v_transposed = (persistent and tuning.v_layout == VLayout.TRANSPOSED and v_layout_rows(spec, tuning) is not None)
+    copies = V_TRANSPOSED_COPIES if v_transposed else ATTENTION_LOOP_COPIES
+    order, stage = explicit_schedule(target, stages, copies, compute)
     d = spec.dtypes
     scale = spec.softmax_scale if spec.softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
     ws = tuning.schedule == AttentionSchedule.WS
     consumers = ws_consumers(t.block_m) if ws else 0
     # build_instances makes the instance before it reports the rules: decode + ws (refused by ws_variant) or a
     # block_m under 64 (ws_tiles) still gets one, never rendered
-    prefill = spec.variant == AttentionVariant.PREFILL
-    persistent = tuning.schedule == AttentionSchedule.PERSISTENT and prefill  # decode + persistent: never rendered
     template = WS_TEMPLATE if ws and prefill else PERSISTENT_TEMPLATE if persistent else TEMPLATES[spec.variant]
     return AttentionInstance(
         name=spec.name, target=target.target, spec_file=spec_file, template=template,
@@ -219,6 +242,7 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         ws_producer_nreg=WS_PRODUCER_NREG if ws else 0, ws_consumer_nreg=ws_consumer_nreg(hw, consumers) if consumers else 0,
         persistent_workgroups=hw.compute_units * PERSISTENT_WORKGROUPS_PER_CU if persistent else 0,
         k_pack=tuning.k_pack if target.supports_k_pack else 1,
+        v_layout=(VLayout.TRANSPOSED if v_transposed else VLayout.NATURAL).value,
         tail=spec.tail,
         allow_spills=spec.allow_spills, min_waves_per_simd=spec.min_waves_per_simd,
         verify_tolerance_scale=spec.verify_tolerance_scale, lds_bytes=attention_lds_bytes(spec, tuning, target),

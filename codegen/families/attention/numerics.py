@@ -9,7 +9,7 @@ j <= i + seq_kv - seq_q (the queries are the last seq_q positions of the cache).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from codegen.families.attention.spec import AttentionSchedule, AttentionVariant, CausalMask
 from codegen.families.base import Numerics
@@ -288,7 +288,30 @@ def _controls(inst, case: AttentionCase, ref) -> dict[str, object]:
         out["dropped_split"] = _attention32(inst, case, mask=inst.mask, keep=_dropped_split_keep(inst, seq_kv))[0]
     if inst.schedule == AttentionSchedule.PERSISTENT:
         out["persistent_last_round_skipped"] = persistent_last_round_skipped(inst, case, ref)
+    if getattr(inst, "v_transposed", False):
+        out["v_transposed_keys_reversed"] = v_transposed_keys_reversed(inst, case)
     return out
+
+
+def v_rows_per_thread(inst) -> int:
+    """v_layout transposed: V_ROWS, the consecutive keys one thread loads and writes (the template's)."""
+    vec = 16 // DTYPE_BYTES[DType(inst.spec_dtypes[0])]
+    return inst.block_n * inst.head_dim // (inst.threads * vec)
+
+
+def v_transposed_keys_reversed(inst, case: AttentionCase):
+    """Negative control v_transposed_keys_reversed (v_layout transposed): the register permutation between
+    the 16-byte loads and the transposed LDS write gets the keys of each thread's V_ROWS group in reverse
+    order (_v_col_index's i % V_ROWS as V_ROWS - 1 - i % V_ROWS), so every key's V row is read for its
+    neighbour's probability."""
+    import torch
+
+    rows, seq_kv = v_rows_per_thread(inst), case.K.shape[1]
+    j = torch.arange(seq_kv, device=case.V.device)
+    perm = j - j % rows + (rows - 1 - j % rows)
+    # a ragged last KV block: keys past seq_kv load as zeros, so a key whose partner lies past them reads zeros
+    padded = torch.cat([case.V, torch.zeros_like(case.V[:, :rows])], dim=1)
+    return _attention32(inst, replace(case, V=padded[:, perm]), mask=inst.mask)[0]
 
 
 def persistent_last_round_skipped(inst, case: AttentionCase, ref):

@@ -17,7 +17,9 @@ from codegen.families.attention.spec import (
     AttentionTuning,
     AttentionVariant,
     CausalMask,
+    VLayout,
 )
+from codegen.families.gemm.rules import transposed_b_rows
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, target_only_value, threads_violations
 from codegen.spec import TailPolicy
@@ -248,6 +250,42 @@ def attn_persistent_variant(c: AttentionContext) -> Iterator[Violation]:
                                 "takes schedule: default")
 
 
+VECTOR_BYTES = 16  # v_layout transposed: one 16-byte global load per lane of each key row's piece
+
+
+def v_layout_rows(spec: AttentionSpec, tuning: AttentionTuning) -> int | None:
+    """v_layout transposed: the consecutive keys of V's block_n x head_dim tile each thread loads (V_ROWS),
+    16 bytes of head_dim from each -- the GEMM's transposed_b_rows with keys as K and head_dim as N. None where
+    the tile does not split so (rule v_layout_tile)."""
+    t = tuning.tiling
+    return transposed_b_rows(t.block_n, spec.head_dim, t.threads, VECTOR_BYTES // DTYPE_BYTES[spec.dtypes.input])
+
+
+def attn_v_layout_schedule(c: AttentionContext) -> Iterator[Violation]:
+    """Rule v_layout_schedule: only the persistent template stages V transposed (the default, ws and decode
+    templates are what their committed kernels were named by)."""
+    if c.tuning.v_layout != VLayout.NATURAL and c.tuning.schedule != AttentionSchedule.PERSISTENT:
+        yield Violation(rule="v_layout_schedule", path=c.at("v_layout"), value=c.tuning.v_layout.value,
+                        message=f"v_layout {c.tuning.v_layout.value} is taken by schedule: persistent only, not "
+                                f"schedule: {c.tuning.schedule.value}")
+
+
+def attn_v_layout_tile(c: AttentionContext) -> Iterator[Violation]:
+    """Rule v_layout_tile: v_layout transposed splits V's block_n x head_dim tile into threads x whole rows of
+    16 bytes, the same number of consecutive keys for every thread (v_layout_rows)."""
+    if c.tuning.v_layout != VLayout.TRANSPOSED or c.tuning.schedule != AttentionSchedule.PERSISTENT:
+        return
+    if c.spec.dtypes.input not in ATTENTION_TYPES:
+        return  # dtype_supported reports it
+    t, vec = c.tuning.tiling, VECTOR_BYTES // DTYPE_BYTES[c.spec.dtypes.input]
+    if v_layout_rows(c.spec, c.tuning) is None:
+        yield Violation(rule="v_layout_tile", path=c.at("v_layout"), value=c.tuning.v_layout.value,
+                        message=f"the {t.block_n}x{c.spec.head_dim} tile of V (block_n x head_dim) does not split into "
+                                f"{t.threads} threads x whole rows of {vec} elements ({VECTOR_BYTES} bytes): "
+                                f"block_n * head_dim must be a multiple of threads * {vec}, and block_n of the keys "
+                                "per thread")
+
+
 def _ws_applies(c: AttentionContext) -> bool:
     """schedule ws where it can exist (ws_target and ws_variant report the rest once)."""
     return (c.tuning.schedule == AttentionSchedule.WS and c.target.warp_specialization
@@ -298,6 +336,7 @@ ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
     attn_tail_policy, attn_split_kv, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule, attn_ws_target,
     attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_persistent_variant,
+    attn_v_layout_schedule, attn_v_layout_tile,
 )
 
 

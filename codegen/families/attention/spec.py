@@ -78,6 +78,17 @@ class AttentionSchedule(StrEnum):
     PERSISTENT = "persistent"
 
 
+class VLayout(StrEnum):
+    """How the prefill stages V's BLOCK_N x head_dim tile (keys x head_dim, as stored) in LDS for P.V, whose
+    B operand runs along the keys. natural: as stored (the MFMA reads B 2 bytes a lane, ds_read_u16).
+    transposed: each thread loads V_ROWS consecutive key rows with 16-byte loads into registers, permutes
+    them and writes a head_dim x BLOCK_N tile; P.V reads it with transpose_B, keys contiguous (as the GEMM's
+    lds_layout transposed_b). schedule persistent only (rule v_layout_schedule)."""
+
+    NATURAL = "natural"
+    TRANSPOSED = "transposed"
+
+
 class AttentionShape(Model):
     batch: PositiveInt
     heads: PositiveInt
@@ -100,6 +111,7 @@ class AttentionTuning(Model):
     split_kv: PositiveInt = 1
     schedule: AttentionSchedule = AttentionSchedule.DEFAULT
     k_pack: Literal[1, 2] = 1
+    v_layout: VLayout = VLayout.NATURAL
 
 
 class AttentionOverride(Model):
@@ -108,6 +120,7 @@ class AttentionOverride(Model):
     split_kv: PositiveInt | None = None
     schedule: AttentionSchedule | None = None
     k_pack: Literal[1, 2] | None = None
+    v_layout: VLayout | None = None
 
 
 class AttentionSpec(Model):
@@ -126,6 +139,8 @@ class AttentionSpec(Model):
     schedule: AttentionSchedule = AttentionSchedule.DEFAULT
     # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, k_pack_schedule)
     k_pack: Literal[1, 2] = 1
+    # schedule persistent: V staged in LDS as stored or transposed (rules v_layout_schedule, v_layout_tile)
+    v_layout: VLayout = VLayout.NATURAL
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -140,7 +155,7 @@ class AttentionSpec(Model):
 
 
 ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages", "split_kv", "schedule",
-                      "k_pack")
+                      "k_pack", "v_layout")
 AttentionSearch = search_model("AttentionSearch", AttentionSpec, ATTENTION_TUNABLES)
 AttentionSpec.model_rebuild()
 
