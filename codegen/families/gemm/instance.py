@@ -73,7 +73,7 @@ class GemmInstance(InstanceBase):
     target: Target
     op: str = "gemm"
     # gemv.py.j2 for structure gemv; XF32_TEMPLATE, FP32_TEMPLATE, SPLIT_K_TEMPLATE, TRANSPOSED_B_TEMPLATE,
-    # PADDED_TEMPLATE or DYNAMIC_M_TEMPLATE for the options they serve (make_instance)
+    # PADDED_TEMPLATE, DYNAMIC_M_TEMPLATE, PERSISTENT_TEMPLATE or TMA_TEMPLATE for the options they serve (make_instance)
     template: str = "gemm.py.j2"
     # provenance (not part of the identity hash)
     spec_file: str = field(compare=False)
