@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from codegen.hardware import Hardware
+from codegen.spec import TargetOnly
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 
@@ -50,12 +51,13 @@ class TunedContext(Generic[S, T]):
         return self.origin[field] + rest
 
 
-def target_only_value(c: TunedContext, name: str, default: object, takes: Callable[[TargetSpec, object], bool],
-                      what: Callable[[object], str], rule: str) -> Iterator[Violation]:
-    """A tunable only some targets take (k_pack, lds_layout, sm_90's TMA copy options): a top-level value is
-    used by the targets that take it (`takes(target, value)`) and the others keep `default`. Asking it of
+def target_only_value(c: TunedContext, only: TargetOnly, what: Callable[[object], str], rule: str
+                      ) -> Iterator[Violation]:
+    """A tunable only some targets take (codegen.spec.TargetOnly: k_pack, lds_layout, sm_90's TMA copy options):
+    a top-level value is used by the targets that take it and the others keep its default. Asking it of
     another target's override is an error, and so is a top-level value that no target here uses (none takes
     it, or each that does overrides it) -- it would be silently ignored. `what(value)` opens the message."""
+    name, default, takes = only.name, only.default, only.takes
     override = c.spec.overrides.get(c.hw.target)
     asked = getattr(override, name) if override is not None else None
     if asked is not None and not takes(c.target, asked):

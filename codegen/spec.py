@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, TypeVar, get_args
+from typing import Annotated, Any, TypeVar, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 from pydantic_core import PydanticCustomError
@@ -168,3 +170,19 @@ def search_values(block: BaseModel) -> list[tuple[str, list]]:
         else:
             out.append((head, value))
     return out
+
+
+@dataclass(frozen=True)
+class TargetOnly:
+    """A tunable only some targets take: `takes(target_spec, value)` says whether a target's kernel takes the
+    value; the other targets keep `default`. One record serves the rule that refuses asking it of such a
+    target (codegen.rules.target_only_value) and `tilegen tune`'s per-target hand configuration. A spec model
+    lists its own in TARGET_ONLY."""
+
+    name: str
+    default: object
+    takes: Callable[[Any, object], bool]
+
+
+# an argument of TileLang's ROCm gemm only (TargetSpec.supports_k_pack): GEMM and attention
+K_PACK = TargetOnly("k_pack", 1, lambda t, v: v == 1 or t.supports_k_pack)

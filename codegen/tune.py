@@ -55,19 +55,12 @@ def hand_spec(spec: BaseModel, target: Target) -> BaseModel:
     if hasattr(spec, "tuning_for"):
         tuning, _ = spec.tuning_for(target)
         update |= {f: getattr(tuning, f) for f in type(tuning).model_fields} | {"overrides": {}}
-        # a top-level value this target ignores (k_pack, lds_layout on sm_90: the AMD targets of the spec take
-        # it; b_eviction, epilogue on the AMD targets: sm_90 takes them) would be refused in a spec of this
-        # target alone; the target's kernel is the same without it
-        ts = TARGETS[target]
-        if "k_pack" in update and not ts.supports_k_pack:
-            update["k_pack"] = 1
-        lds = update.get("lds_layout")
-        if lds is not None and lds.value not in ts.gemm_lds_layouts:
-            update["lds_layout"] = type(lds)("natural")
-        for name, default in (("b_eviction", "normal"), ("epilogue", "direct")):  # sm_90's TMA copy options
-            value = update.get(name)
-            if value is not None and not ts.tma_copies:
-                update[name] = type(value)(default)
+        # a top-level value this target does not take (the spec's TARGET_ONLY: k_pack, lds_layout on sm_90, which
+        # the AMD targets of the spec take; b_eviction, epilogue on the AMD targets) would be refused in a spec of
+        # this target alone; the target's kernel is the same without it
+        for only in getattr(type(spec), "TARGET_ONLY", ()):
+            if only.name in update and not only.takes(TARGETS[target], update[only.name]):
+                update[only.name] = only.default
     return spec.model_copy(update=update)
 
 

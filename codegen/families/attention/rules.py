@@ -22,7 +22,7 @@ from codegen.families.attention.spec import (
 from codegen.families.gemm.rules import transposed_b_rows
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, target_only_value, threads_violations
-from codegen.spec import TailPolicy
+from codegen.spec import K_PACK, TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 
@@ -228,9 +228,8 @@ def _k_pack_targets() -> list[str]:
 def attn_k_pack_target(c: AttentionContext) -> Iterator[Violation]:
     """Rule k_pack_target, as the GEMM's: k_pack is an argument of TileLang's ROCm gemm only
     (TargetSpec.supports_k_pack); a target-only value (target_only_value)."""
-    yield from target_only_value(c, "k_pack", 1, lambda t, v: v == 1 or t.supports_k_pack,
-                                 lambda v: f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())})",
-                                 "k_pack_target")
+    yield from target_only_value(c, K_PACK, lambda v: f"k_pack exists only for the ROCm MFMA gemm "
+                                                      f"({', '.join(_k_pack_targets())})", "k_pack_target")
 
 
 def attn_k_pack_schedule(c: AttentionContext) -> Iterator[Violation]:

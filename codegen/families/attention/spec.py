@@ -12,13 +12,14 @@ Layout: Q and O [batch, seq_q, heads, head_dim], K and V [batch, seq_kv, kv_head
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt
 from pydantic_core import PydanticCustomError
 
 from codegen.hardware import Target
 from codegen.spec import (
+    K_PACK,
     MAX_SHAPES,
     Identifier,
     Model,
@@ -27,6 +28,7 @@ from codegen.spec import (
     PositiveInt,
     RowDTypes,
     TailPolicy,
+    TargetOnly,
     ToleranceScale,
     resolve_tuning,
     search_model,
@@ -124,6 +126,8 @@ class AttentionOverride(Model):
 
 
 class AttentionSpec(Model):
+    TARGET_ONLY: ClassVar[tuple[TargetOnly, ...]] = (K_PACK,)
+
     name: Identifier
     op: Literal["attention"]
     dtypes: RowDTypes

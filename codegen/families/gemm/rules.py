@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from codegen.families.gemm.spec import (
+    B_EVICTION,
+    EPILOGUE,
+    LDS_LAYOUT,
     MAX_SPLIT_K,
     Epilogue,
     Eviction,
@@ -20,7 +23,7 @@ from codegen.families.gemm.spec import (
 )
 from codegen.hardware import DTYPE_BYTES, DType
 from codegen.rules import TunedContext, Violation, target_only_value, threads_violations
-from codegen.spec import TailPolicy
+from codegen.spec import K_PACK, TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 from codegen.yamlsrc import format_path
@@ -253,9 +256,8 @@ def unroll_divides(c: GemmContext) -> Iterator[Violation]:
 
 def k_pack_target(c: GemmContext) -> Iterator[Violation]:
     """Rule k_pack_target: k_pack is an argument of TileLang's ROCm gemm only (TargetSpec.supports_k_pack)."""
-    yield from target_only_value(c, "k_pack", 1, lambda t, v: v == 1 or t.supports_k_pack,
-                                 lambda v: f"k_pack exists only for the ROCm MFMA gemm ({', '.join(_k_pack_targets())})",
-                                 "k_pack_target")
+    yield from target_only_value(c, K_PACK, lambda v: f"k_pack exists only for the ROCm MFMA gemm "
+                                                      f"({', '.join(_k_pack_targets())})", "k_pack_target")
 
 
 def _k_pack_targets() -> list[str]:
@@ -269,8 +271,7 @@ def _lds_layout_targets(layout: LdsLayout) -> list[str]:
 def lds_layout_target(c: GemmContext) -> Iterator[Violation]:
     """Rule lds_layout_target: transposed_b exists only where the target's template was built for it
     (TargetSpec.gemm_lds_layouts: gfx942, gfx950); a target-only value as k_pack (target_only_value)."""
-    yield from target_only_value(c, "lds_layout", LdsLayout.NATURAL, lambda t, v: v.value in t.gemm_lds_layouts,
-                                 lambda v: f"{v.value} is only for {', '.join(_lds_layout_targets(v))}",
+    yield from target_only_value(c, LDS_LAYOUT, lambda v: f"{v.value} is only for {', '.join(_lds_layout_targets(v))}",
                                  "lds_layout_target")
 
 
@@ -429,7 +430,9 @@ def dynamic_m(c: GemmContext) -> Iterator[Violation]:
 # of the ceil(k/block_k) and writes its fp32 partial block to a workspace [split_k, M, N]; a second kernel
 # sums the partials in the fixed order s = 0..split_k-1 and rounds once (gemm_splitk.py.j2)
 SPLIT_K_WORKSPACE_BYTES = 256 * 2**20  # rule split_k_workspace: the fp32 partials the caller allocates
-SPLIT_K_DTYPES = (DType.FP16, DType.BF16, DType.FP8_E4M3)  # gemm_splitk.py.j2; fp32 inputs: gemm_fp32.py.j2
+# what the tiles templates of gemm.py.j2's kind take (split-K, persistent, padded): fp32 inputs have their own
+# (gemm_fp32.py.j2, gemm_xf32.py.j2)
+TILE_TEMPLATE_DTYPES = (DType.FP16, DType.BF16, DType.FP8_E4M3)
 
 
 def split_tiles(k: int, block_k: int, split_k: int) -> int:
@@ -469,9 +472,9 @@ def split_k_rules(c: GemmContext) -> Iterator[Violation]:
         yield Violation(rule="split_k_tail", path=("tail",), value=c.spec.tail.value,
                         message=f"split_k={sk} needs tail: none or predicated (the specialized interior and edge "
                                 "kernels have no K split)")
-    if c.spec.dtypes.a not in SPLIT_K_DTYPES:
+    if c.spec.dtypes.a not in TILE_TEMPLATE_DTYPES:
         yield Violation(rule="split_k_dtype", path=at, value=sk,
-                        message=f"a K split takes {', '.join(d.value for d in SPLIT_K_DTYPES)} inputs, not "
+                        message=f"a K split takes {', '.join(d.value for d in TILE_TEMPLATE_DTYPES)} inputs, not "
                                 f"{c.spec.dtypes.a.value} (the fp32 precision modes have no split): leave split_k at 1")
     if c.spec.dynamic_m is not None:
         yield Violation(rule="split_k_combination", path=at, value=sk,
@@ -519,9 +522,9 @@ def persistent_rules(c: GemmContext) -> Iterator[Violation]:
         yield Violation(rule="persistent_tail", path=("tail",), value=c.spec.tail.value,
                         message="grid persistent needs tail: none or predicated (the specialized interior and edge "
                                 "kernels each launch their own grid)")
-    if c.spec.dtypes.a not in SPLIT_K_DTYPES:
+    if c.spec.dtypes.a not in TILE_TEMPLATE_DTYPES:
         yield Violation(rule="persistent_dtype", path=at, value=g,
-                        message=f"a persistent grid takes {', '.join(d.value for d in SPLIT_K_DTYPES)} inputs, not "
+                        message=f"a persistent grid takes {', '.join(d.value for d in TILE_TEMPLATE_DTYPES)} inputs, not "
                                 f"{c.spec.dtypes.a.value} (the fp32 templates have no tile loop): use grid: tiles")
     if c.tuning.split_k > 1:
         yield Violation(rule="persistent_combination", path=at, value=g,
@@ -542,8 +545,8 @@ def persistent_rules(c: GemmContext) -> Iterator[Violation]:
 
 
 # the sm_90 TMA copy options of the tiles template (gemm_tma.py.j2): spec field -> (its default, what it is)
-TMA_OPTIONS = {"b_eviction": (Eviction.NORMAL, "an L2 hint on TMA loads"),
-               "epilogue": (Epilogue.DIRECT, "C through shared memory to TMA stores")}
+TMA_OPTIONS = {"b_eviction": (B_EVICTION, "an L2 hint on TMA loads"),
+               "epilogue": (EPILOGUE, "C through shared memory to TMA stores")}
 TMA_ALIGN_BYTES = 16  # a TMA tensor's strides: multiples of 16 bytes (cuTensorMapEncodeTiled)
 
 
@@ -560,24 +563,23 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
     16 bytes at every shape (k for layouts nt/tt, n for nn/tn), else TileLang loads B without TMA and the hint
     never reaches the code. epilogue_tma: C's rows (n) a multiple of 16 bytes, else TileLang stores the shared
     C tile with plain stores, no TMA store. The C tile's shared memory is rule lds_budget (lds_bytes)."""
-    for name, (default, what) in TMA_OPTIONS.items():
-        yield from target_only_value(c, name, default, lambda t, v, d=default: v == d or t.tma_copies,
-                                     lambda v, n=name, w=what: f"{n} {v.value} is {w}, only for {', '.join(_tma_targets())}",
-                                     f"{name}_target")
+    for name, (only, what) in TMA_OPTIONS.items():
+        yield from target_only_value(c, only, lambda v, n=name, w=what: f"{n} {v.value} is {w}, only for "
+                                                                         f"{', '.join(_tma_targets())}", f"{name}_target")
     if not c.target.tma_copies:
         return
-    asked = {name: getattr(c.tuning, name) for name, (default, _) in TMA_OPTIONS.items()
-             if getattr(c.tuning, name) != default}
+    asked = {name: getattr(c.tuning, name) for name, (only, _) in TMA_OPTIONS.items()
+             if getattr(c.tuning, name) != only.default}
     why = tma_copy_misfit(c.spec, c.tuning) if asked else None
     for name, value in asked.items():
         if why:
             yield Violation(rule=f"{name}_combination", path=c.at(name), value=value.value,
-                            message=f"not with {why}: leave {name} at {TMA_OPTIONS[name][0].value}")
+                            message=f"not with {why}: leave {name} at {TMA_OPTIONS[name][0].default.value}")
     if why:
         return
     b, out = c.spec.dtypes.b, c.spec.dtypes.out
     for i, s in enumerate(c.spec.shapes):
-        row, dim = (s.k, "k") if c.spec.layout.trans_b else (s.n, "n")
+        dim, row = leading_dims(c.spec.layout, s)["B"]
         if "b_eviction" in asked and row * DTYPE_BYTES[b] % TMA_ALIGN_BYTES:
             yield Violation(rule="b_eviction_tma", path=("shapes", i), value=None,
                             message=f"B's rows are {dim}={row} {b.value} elements ({row * DTYPE_BYTES[b]} B), not a "
@@ -592,7 +594,6 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
 
 # staging padded: A and B copied into zero-padded workspaces of whole blocks before the main kernel
 # (gemm_padded.py.j2), for shapes where an operand's rows do not start on 16-byte boundaries
-STAGING_DTYPES = (DType.FP16, DType.BF16, DType.FP8_E4M3)  # gemm_padded.py.j2; fp32 inputs: their own templates
 
 
 def leading_dims(layout: Layout, shape: GemmShape) -> dict[str, tuple[str, int]]:
@@ -628,9 +629,9 @@ def staging_rules(c: GemmContext) -> Iterator[Violation]:
                         message=f"only structure tiled stages its operands (this is {c.tuning.structure.value}, which "
                                 "loads B straight into registers): use staging: none")
         return
-    if c.spec.dtypes.a not in STAGING_DTYPES:
+    if c.spec.dtypes.a not in TILE_TEMPLATE_DTYPES:
         yield Violation(rule="staging_dtype", path=at, value=value,
-                        message=f"staging takes {', '.join(d.value for d in STAGING_DTYPES)} inputs, not "
+                        message=f"staging takes {', '.join(d.value for d in TILE_TEMPLATE_DTYPES)} inputs, not "
                                 f"{c.spec.dtypes.a.value} (the fp32 templates read the caller's tensors; tf32 and "
                                 "3xtf32 stage into padded workspaces already): use staging: none")
         return

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt
 
 from codegen.hardware import DType, Target
 from codegen.spec import (
+    K_PACK,
     MAX_SHAPES,
     Identifier,
     Model,
@@ -16,6 +17,7 @@ from codegen.spec import (
     Pipeline,
     PositiveInt,
     TailPolicy,
+    TargetOnly,
     ToleranceScale,
     resolve_tuning,
     search_model,
@@ -193,7 +195,16 @@ class GemmOverride(Model):
     staging: Staging | None = None
 
 
+# the GEMM's target-only tunables beside k_pack: B's LDS layout where the target's template was built for it
+# (TargetSpec.gemm_lds_layouts: gfx942, gfx950), and sm_90's TMA copy options (TargetSpec.tma_copies)
+LDS_LAYOUT = TargetOnly("lds_layout", LdsLayout.NATURAL, lambda t, v: v.value in t.gemm_lds_layouts)
+B_EVICTION = TargetOnly("b_eviction", Eviction.NORMAL, lambda t, v: v == Eviction.NORMAL or t.tma_copies)
+EPILOGUE = TargetOnly("epilogue", Epilogue.DIRECT, lambda t, v: v == Epilogue.DIRECT or t.tma_copies)
+
+
 class GemmSpec(Model):
+    TARGET_ONLY: ClassVar[tuple[TargetOnly, ...]] = (K_PACK, LDS_LAYOUT, B_EVICTION, EPILOGUE)
+
     name: Identifier
     op: Literal["gemm"]
     dtypes: GemmDTypes
