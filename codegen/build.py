@@ -189,8 +189,9 @@ def plan(files: list[RenderedFile], toolchains: dict[Target, Toolchain], cache: 
         shapes = inst.compile_shapes()  # a dynamic-M kernel: one build for every M, at ('m', n, k)
         for shape in shapes[:1] if first_shape else shapes:
             material = {
-                # the URI hashes the instance and the template; the text's hash also covers render logic
-                "uri": f.uri, "source_sha256": hashlib.sha256(f.text.encode()).hexdigest(),
+                # the name is the configuration; the code hash is what is compiled (the module without its
+                # header, which names the specs that asked for it: a spec moved to another file rebuilds nothing)
+                "uri": f.uri, "code_sha256": f.code_sha256,
                 "shape": list(shape), "target": inst.target.value, "tilelang": tilelang_version,
                 "toolchain": toolchains[inst.target].fingerprint(), "lower_py_sha256": lower_sha, "recipe": RECIPE,
             }

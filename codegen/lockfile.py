@@ -1,12 +1,12 @@
 """The tuned lockfile: `tuned/<target>/<device>.json`, one per target and device, committed.
 
 Each entry is keyed honestly: the canonical configuration hash of the spec's *hand* configuration for the
-target (template included: a changed spec or template changes it), the shape, the device name, and the
-tilelang / torch / runtime / driver versions it was measured with. It holds the winner's tunables (the
-values of the spec's `search:` tunables), its kernel name and time, and the runner-up.
+target (a changed spec changes it), the shape, the device name, and the tilelang / torch / runtime / driver
+versions it was measured with. It holds the winner's tunables (the values of the spec's `search:` tunables),
+its kernel name, code hash (codegen.render.code_sha256: what was measured) and time, and the runner-up's.
 
-`check_lockfiles` lists stale entries (spec gone, hand configuration or template changed, shape no longer in
-the spec, winner no longer legal or renamed, versions changed) and misses (a shape of a spec with a `search:`
+`check_lockfiles` lists stale entries (spec gone, hand configuration changed, shape no longer in the spec,
+winner or runner-up no longer legal, renamed or rendering other code, versions changed) and misses (a shape of a spec with a `search:`
 block for the target and no entry): `tilegen tune --check` exits 1 on either. Never a silent fallback and
 never a wrong-device hit: a lockfile only answers for its own device.
 """
@@ -24,7 +24,7 @@ from codegen.families import family_for_op
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.load import LoadedSpec
-from codegen.render import kernel_uri, template_sha256
+from codegen.render import render
 from codegen.targets import TARGETS
 
 LOCK_DIR = Path("tuned")
@@ -46,15 +46,17 @@ class Candidate:
     uri: str
     tunables: dict[str, object]  # search path -> value, as written in the spec
     time_ms: float
+    code_sha256: str  # the measured kernel's code (RenderedFile.code_sha256): a template that changes it stales the entry
 
     def to_json(self) -> dict[str, object]:
-        return {"uri": self.uri, "tunables": dict(sorted(self.tunables.items())), "time_ms": self.time_ms}
+        return {"uri": self.uri, "tunables": dict(sorted(self.tunables.items())), "time_ms": self.time_ms,
+                "code_sha256": self.code_sha256}
 
 
 @dataclass(frozen=True, kw_only=True)
 class LockEntry:
     spec: str
-    hand_hash: str  # sha256 of the hand configuration's canonical form for the target (template included)
+    hand_hash: str  # sha256 of the hand configuration's canonical form for the target
     shape: Shape
     device: str
     versions: dict[str, str]  # tilelang, torch, runtime, driver
@@ -94,7 +96,8 @@ class LockFile:
 
 
 def _candidate(d: dict) -> Candidate:
-    return Candidate(uri=str(d["uri"]), tunables=dict(d["tunables"]), time_ms=float(d["time_ms"]))
+    return Candidate(uri=str(d["uri"]), tunables=dict(d["tunables"]), time_ms=float(d["time_ms"]),
+                     code_sha256=str(d["code_sha256"]))
 
 
 def read_lockfile(path: Path) -> LockFile:
@@ -130,8 +133,7 @@ def hand_hash(loaded: LoadedSpec, target: Target) -> str:
     from codegen.tune import hand_spec
 
     fam = family_for_op(loaded.spec.op)
-    inst = fam.instance(hand_spec(loaded.spec, target), TARGETS[target], loaded.doc.file)
-    return inst.instance_hash(template_sha256(fam.template_path, inst.template))
+    return fam.instance(hand_spec(loaded.spec, target), TARGETS[target], loaded.doc.file).config_sha256()
 
 
 def winner_instance(loaded: LoadedSpec, target: Target, tunables: dict[str, object]):
@@ -152,6 +154,18 @@ def winner_instance(loaded: LoadedSpec, target: Target, tunables: dict[str, obje
     if violations:
         return None, f"the winner breaks {', '.join(sorted({v.rule for v in violations}))}"
     return fam.instance(candidate, TARGETS[target], loaded.doc.file), ""
+
+
+def candidate_drift(role: str, inst, cand: Candidate) -> str:
+    """Why a measured candidate no longer describes the kernel its tunables give today ('' if it does): another
+    name (the configuration changed), or the same name rendering other code (a template change)."""
+    rendered = render(inst)
+    if rendered.uri != cand.uri:
+        return f"the {role}'s kernel is now {rendered.uri}, not {cand.uri} (its configuration changed)"
+    if rendered.code_sha256 != cand.code_sha256:
+        return (f"{cand.uri}: code changed (the {role}'s code sha256 {cand.code_sha256[:12]} -> "
+                f"{rendered.code_sha256[:12]})")
+    return ""
 
 
 def _nest(flat: dict[str, object]) -> dict[str, object]:
@@ -227,7 +241,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                     stale_(f"measured on {e.device}, in {lock.device}'s lockfile")
                     continue
                 if hand_hash(ls, target) != e.hand_hash:
-                    stale_("the spec's hand configuration or its template changed")
+                    stale_("the spec's hand configuration changed")
                     continue
                 if e.shape not in {tuple(s) for s in fam_shapes(ls)}:
                     stale_("the shape is no longer in the spec")
@@ -236,9 +250,13 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                 if inst is None:
                     stale_(why)
                     continue
-                uri = kernel_uri(inst)
-                if uri != e.winner.uri:
-                    stale_(f"the winner's kernel is now {uri}, not {e.winner.uri} (template or instance changed)")
+                why = candidate_drift("winner", inst, e.winner)
+                if not why and e.runner_up:
+                    second, second_why = winner_instance(ls, target, e.runner_up.tunables)
+                    why = (f"the runner-up: {second_why}" if second is None
+                           else candidate_drift("runner-up", second, e.runner_up))
+                if why:
+                    stale_(why)
                     continue
                 now = current_versions | (device_versions[1] if device_versions and device_versions[0] == lock.device
                                           else {})

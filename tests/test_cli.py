@@ -125,7 +125,7 @@ def test_gen_into_an_empty_tree_then_check(project: Path):
     assert tree(project / "generated") == tree(REPO_ROOT / "generated")
     again = invoke("gen")
     assert again.stdout.splitlines() == [f"0 written, {n + 1} unchanged, 0 removed"]
-    assert ("gemv_fp16_decode 1x4096x4096 on sm_90: tuned on NVIDIA H200 -> gemv_fp16_nt_16x8x256_t256_u8_sm90_2c52cf"
+    assert ("gemv_fp16_decode 1x4096x4096 on sm_90: tuned on NVIDIA H200 -> gemv_fp16_nt_16x8x256_t256_u8_sm90_3d9e5b"
             in again.stderr.splitlines())  # the committed lockfile's winner, said beside the output
     assert invoke("gen", "--check").exit_code == 0
 

@@ -15,7 +15,6 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
 
 from pydantic import BaseModel
 
@@ -29,6 +28,10 @@ SHARED_TEMPLATE_DIR = Path(__file__).resolve().parent  # partials shared by seve
 # it is checked (build and verify policies). Two specs that differ only in these get one kernel.
 WORKLOAD_FIELDS = ("name", "spec_file", "shapes")
 POLICY_FIELDS = ("allow_spills", "min_waves_per_simd", "verify_tolerance_scale")
+# The template file an instance renders is chosen from its configuration (make_instance), so it names nothing
+# the other fields do not: it stays out of the identity, and templates can be split or merged without a rename.
+DERIVED_FIELDS = ("template",)
+NOT_IDENTITY = WORKLOAD_FIELDS + POLICY_FIELDS + DERIVED_FIELDS
 HASH_HEX = 6  # hex digits of the configuration hash in a kernel's name
 
 
@@ -38,10 +41,12 @@ class InstanceBase:
     verify_tolerance_scale, lds_bytes, threads and tilelang_target, and the methods stem(),
     template_vars(), metadata(uri), summary(), dtype_label() and launch_grids(shape).
 
-    A kernel is named by what changes its code: `stem()` (readable: op, dtypes, layout, tiles, schedule,
-    tail), the target, and a short sha256 of the canonical configuration (every field but the workload
-    and the policies, plus the template's hash), e.g. `gemm_fp16_nt_128x256x64_t256_s3_sm90_3f2a9c`.
-    Shapes are the workload beside it: adding one renames nothing."""
+    A kernel is named by its resolved configuration only: `stem()` (readable: op, dtypes, layout, tiles,
+    schedule, tail), the target, and a short sha256 of the canonical configuration (every field, each with
+    its value, but the workload, the policies and the template file chosen from the others), e.g.
+    `gemm_fp16_nt_128x256x64_t256_s3_sm90_3f2a9c`. Shapes are the workload beside it: adding one renames
+    nothing. What the code is (codegen.render: the sha256 of the rendered module, its header excluded) is
+    recorded beside the name, never part of it."""
 
     def stem(self) -> str:
         """The readable part of the kernel's name; families name what changes their code (the hash after it
@@ -81,21 +86,18 @@ class InstanceBase:
         family does not say (nothing is checked)."""
         return None
 
-    # fields added after kernels were named, with the value that means what the kernel did before they existed:
-    # left out of the canonical form at that value, so adding a knob renames no existing kernel
-    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {}
-
-    def canonical(self, template_sha256: str) -> str:
-        data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS
-                and not (k in self.IDENTITY_DEFAULTS and v == self.IDENTITY_DEFAULTS[k])}
-        data["template_sha256"] = template_sha256
+    def canonical(self) -> str:
+        """The kernel's configuration as canonical JSON: every instance field but NOT_IDENTITY, always (a
+        field at its default is written too, so the form never depends on when a field was added)."""
+        data = {k: v for k, v in asdict(self).items() if k not in NOT_IDENTITY}
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
-    def instance_hash(self, template_sha256: str) -> str:
-        return hashlib.sha256(self.canonical(template_sha256).encode()).hexdigest()
+    def config_sha256(self) -> str:
+        return hashlib.sha256(self.canonical().encode()).hexdigest()
 
-    def uri(self, template_sha256: str) -> str:
-        return f"{self.stem()}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:HASH_HEX]}"
+    def uri(self) -> str:
+        """The kernel's name: the file's stem, the kernel symbol, the key users and lockfiles refer to."""
+        return f"{self.stem()}_{self.target.value.replace('_', '')}_{self.config_sha256()[:HASH_HEX]}"
 
     @property
     def out_dir(self) -> PurePosixPath:
