@@ -14,7 +14,7 @@ import jinja2
 
 from codegen.errors import TilegenError
 from codegen.families import family, ops
-from codegen.families.base import POLICY_FIELDS, WORKLOAD_FIELDS
+from codegen.families.base import POLICY_FIELDS, TEMPLATES_DIR, WORKLOAD_FIELDS
 from codegen.files import leftover_temp_files, write_text_atomic
 from codegen.instance import KernelInstance
 
@@ -23,9 +23,6 @@ HASH_SHOWN = 12  # hex digits of the configuration and code hashes in a module's
 # Which specs asked for which kernel, on which shapes: the workloads, kept beside the kernels (a kernel's own
 # module holds only what changes its code, so adding a shape or a spec rewrites this index, not a kernel).
 WORKLOADS_FILE = GENERATED_DIR / "workloads.json"
-# The templates ship with the package (each family's beside its code, codegen/families/<family>/); they
-# are never looked up in the project tilegen works on.
-PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,10 +79,11 @@ def template_file(search_path: tuple[Path, ...], name: str) -> Path:
 
 
 def _shown(path: Path) -> str:
-    """A template's path as the header shows it: from the package's parent (codegen/families/...), the
-    same in a checkout and in an installed wheel."""
+    """A template's path as the header shows it: templates/<family>/<file> for the built-in templates (the
+    same in a checkout and in an installed wheel: codegen.families.base.templates_dir); they are never looked
+    up in the project tilegen works on."""
     try:
-        return path.relative_to(PACKAGE_DIR.parent).as_posix()
+        return path.relative_to(TEMPLATES_DIR.parent).as_posix()
     except ValueError:  # a family from another package (an entry point): its own file name
         return path.name
 

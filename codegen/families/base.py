@@ -2,10 +2,11 @@
 identity every family's kernel instance shares (`InstanceBase`).
 
 A family is one folder, `codegen/families/<family>/`: its spec model (spec.py), legality rules
-(rules.py), instance -- every template variable a field (instance.py), Jinja template (*.py.j2) and
-numerics (numerics.py: inputs, torch reference, tolerance, negative controls, FLOP/byte formulas,
-baselines, derived edge shapes), assembled into one `Family` in its __init__.py. The registry
-(`codegen.families`) maps each `op:` to its family; stage modules look families up there.
+(rules.py), instance -- every template variable a field (instance.py) -- and numerics (numerics.py: inputs,
+torch reference, tolerance, negative controls, FLOP/byte formulas, baselines, derived edge shapes),
+assembled into one `Family` in its __init__.py; its Jinja templates are `templates/<family>/*.py.j2` at the
+top level (`templates_dir`). The registry (`codegen.families`) maps each `op:` to its family; stage modules
+look families up there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,24 @@ from pydantic import BaseModel
 from codegen.rules import Violation
 from codegen.targets.base import TargetSpec
 
-SHARED_TEMPLATE_DIR = Path(__file__).resolve().parent  # partials shared by several families (_rows.j2)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # codegen/
+SHARED_TEMPLATES = "_shared"  # the folder of templates/ holding partials several families import (_rows.j2)
+
+
+def templates_dir() -> Path:
+    """The one place that knows where the built-in templates live: `templates/` inside the package (the copy
+    an installed wheel carries, codegen/templates/, written by setup.py's build step), else `templates/`
+    beside the package (a checkout: the repository's top level). Either holds <family>/*.py.j2 and
+    _shared/; the first of the two that does is it."""
+    for folder in (PACKAGE_DIR / "templates", PACKAGE_DIR.parent / "templates"):
+        if (folder / SHARED_TEMPLATES).is_dir():
+            return folder
+    raise RuntimeError(f"tilegen's templates are missing: neither {PACKAGE_DIR / 'templates'} nor "
+                       f"{PACKAGE_DIR.parent / 'templates'} holds {SHARED_TEMPLATES}/ (a broken install)")
+
+
+TEMPLATES_DIR = templates_dir()
+SHARED_TEMPLATE_DIR = TEMPLATES_DIR / SHARED_TEMPLATES
 
 
 # Instance fields that are not the kernel's identity: the workload (who asked for it, which shapes) and how
@@ -167,7 +185,7 @@ class Family:
 
     name: str  # the folder's name: gemm, softmax, norm, attention
     specs: Mapping[str, type[BaseModel]]  # `op:` value -> its pydantic spec model (norm: rmsnorm, layernorm)
-    template_dir: Path  # folder of its template(s); an instance's `template` field names the file
+    template_dir: Path  # folder of its template(s) (built-ins: templates/<name>/); an instance's `template` names the file
     check: Callable[[BaseModel, TargetSpec], list[Violation]]  # every legality rule on one target
     instance: Callable[[BaseModel, TargetSpec, str], InstanceBase]  # (spec, target, spec file) -> instance
     numerics: Numerics
