@@ -50,7 +50,8 @@ class _Commands(TyperGroup):
             raise typer.Exit(130) from None
 
 
-app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# add_completion: typer's own --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+app = typer.Typer(cls=_Commands, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tilegen: declarative TileLang kernels for gfx942 (MI300X), gfx950 (MI355X) and sm_90 "
                        "(H100/H200).")
 new_app = typer.Typer(no_args_is_help=True, help="Write a commented starter spec.")
@@ -91,8 +92,18 @@ def _project() -> Project:
     return Project(root=_run(lambda: resolve_root(_PROJECT_DIR[0])))
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from codegen import __version__
+
+        out.print(f"tilegen {__version__}", markup=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_show_version, is_eager=True, help="Print tilegen's version and exit.")] = False,
     project: Annotated[Path | None, typer.Option(
         "--project", "-C", help="The tilegen project to work on (default: the nearest folder above the current "
                                 "one holding tilegen.toml, else the current folder).", show_default=False)] = None,
@@ -127,10 +138,16 @@ def _ui():
 
 
 @app.command("list")
-def list_(paths: SpecPaths = None, target: TargetOpt = None, as_json: JsonOpt = False) -> None:
-    """List kernel instances: name, target, URI, tiling, pipeline, LDS."""
+def list_(
+    paths: SpecPaths = None,
+    target: TargetOpt = None,
+    as_json: JsonOpt = False,
+    names: Annotated[bool, typer.Option(
+        "--names", help="Only the kernel names (what build, verify and bench take), one a line.")] = False,
+) -> None:
+    """List kernels: name, op, target, dtypes, layout, tiling, threads, schedule, tail, LDS, shapes."""
     files = _run(lambda: _project().rendered(paths, target))
-    _ui().show_list(files, as_json=as_json)
+    _ui().show_list(files, as_json=as_json, names_only=names)
 
 
 @app.command()
@@ -204,8 +221,10 @@ def toolchain_fetch(
         "--dest", help="Where to unpack it (default: the user cache, shared by every project).",
         show_default=False)] = None,
 ) -> None:
-    """Fetch the offline AMD device toolchain (gfx942, gfx950): Debian's clang/lld via apt (needs root), HIP
-    headers and ROCm device libraries unpacked into DEST, described in DEST/env.json."""
+    """Fetch the offline AMD device toolchain for gfx942 and gfx950.
+
+    Debian's clang/lld via apt (needs root), HIP headers and ROCm device libraries unpacked into DEST,
+    described in DEST/env.json."""
     import subprocess
 
     from codegen.targets.amdgcn import FETCH_SCRIPT, user_toolchain_dir
@@ -276,8 +295,10 @@ def profile(
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Profile the torch baselines too.")] = True,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds one profiler run may take.")] = 900.0,
 ) -> None:
-    """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD): DRAM
-    bandwidth, L2 hit rate, occupancy, tensor pipe, stalls and a verdict, under reports/<gpu>/profile/."""
+    """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD).
+
+    Reports DRAM bandwidth, L2 hit rate, occupancy, tensor pipe and stalls with a verdict, under
+    reports/<gpu>/profile/."""
     from codegen.profile import run_profile
 
     project = _project()
@@ -296,7 +317,9 @@ def sass(
     jobs: Jobs = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
 ) -> None:
-    """sm_90 SASS of the built cubins (cuobjdump -sass): LDG/STG widths, LDGSTS, TMA, HGMMA, LDL/STL; [vector_loads]."""
+    """Read the sm_90 SASS of the built cubins (cuobjdump -sass): LDG/STG widths, LDGSTS, TMA, HGMMA, LDL/STL.
+
+    A kernel whose global loads are narrower than its spec meant gets a vector_loads warning."""
     import json
 
     from codegen.targets.sm90_sass import run_sass
@@ -357,13 +380,13 @@ def tune(
     timeout: Timeout = 300.0,
     gpus: Gpus = None,
     ray: Annotated[str | None, typer.Option(
-        "--ray", help="Run builds and GPU cases as Ray tasks on the cluster at ADDRESS (or `auto`); needs tilegen[ray].",
+        "--ray", help="Run builds and GPU cases as Ray tasks on the cluster at ADDRESS (or `auto`); needs the ray extra of tilegen.",
         show_default=False)] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     profile_top: Annotated[int, typer.Option(
         "--profile-top", min=0, help="After measured selection, profile the N best candidates (ncu / rocprofv3).")] = 0,
 ) -> None:
-    """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
+    """Search a spec's `search:` space (rules, real builds, static rank or measured selection) into the lockfile."""
     from codegen.build import BuildOptions
     from codegen.tunecli import run_check, run_tune
 
