@@ -2,8 +2,8 @@
 
 Each test renders the committed spec set from an edited copy of the templates: an edit that renders the same
 text (a Jinja comment, whitespace inside tags) changes no name and no code hash; an edit of the rendered text
-changes the code hash of exactly the kernels that render it and no name; and `tilegen tune --check` then names
-the lockfile entries whose measured code changed.
+changes the code hash of exactly the kernels that render it and no name; `tilegen tune --check` then names
+the lockfile entries whose measured code changed; and the build cache keys on the code, not the header.
 """
 
 from __future__ import annotations
@@ -135,3 +135,29 @@ def _template(spec: str, cand) -> str:
     inst, why = winner_instance(ls, Target.SM_90, cand.tunables)
     assert inst is not None, why
     return inst.template
+
+
+def test_the_build_cache_keys_on_the_code_not_the_header(tmp_path):
+    """Two specs in two files asking for one configuration: one name, one code hash, one cache key per shape
+    (the header names the spec file, and is not compiled); other code, another key."""
+    from codegen.build import plan
+    from codegen.buildcache import BuildCache
+    from codegen.instance import build_instances
+    from codegen.load import parse_specs
+    from codegen.render import render
+
+    spec = (REPO_ROOT / "specs" / "softmax.yaml").read_text(encoding="utf-8")
+    a, b = (build_instances(parse_specs(spec, f"specs/{n}.yaml"), [Target.SM_90])[0] for n in ("a", "b"))
+    ra, rb = render(a), render(b)
+    assert ra.uri == rb.uri and ra.code_sha256 == rb.code_sha256 and ra.text != rb.text
+
+    class Toolchain:
+        def fingerprint(self):
+            return {"compiler": "test"}
+
+    def keys(files):
+        return [job.key for job in plan(files, {Target.SM_90: Toolchain()}, BuildCache(root=tmp_path), first_shape=False)]
+
+    assert keys([ra]) == keys([rb]) and len(set(keys([ra]))) == len(ra.instance.compile_shapes())
+    other = replace(ra, text=ra.text + "# other code\n", code_sha256="0" * 64)
+    assert set(keys([other])).isdisjoint(keys([ra]))
