@@ -198,7 +198,8 @@ def find_spec_files(paths: list[Path], root: Path | None = None) -> list[Path]:
         elif p.is_file():
             files.add(p)
         else:
-            raise SpecErrors([SpecError(_escaped(p.as_posix()), "no such spec file or folder", "io")])
+            what = "not a regular file or folder" if os.path.lexists(p) else "no such spec file or folder"
+            raise SpecErrors([SpecError(_escaped(p.as_posix()), what, "io")])
     return sorted(files)
 
 

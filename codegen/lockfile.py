@@ -9,6 +9,14 @@ values of the spec's `search:` tunables), its kernel name and time, and the runn
 the spec, winner no longer legal or renamed, versions changed) and misses (a shape of a spec with a `search:`
 block for the target and no entry): `tilegen tune --check` exits 1 on either. Never a silent fallback and
 never a wrong-device hit: a lockfile only answers for its own device.
+
+A lockfile is data from outside (edited by hand, merged, or made up): `read_lockfile` reads at most
+`LIMITS.max_bytes`, counts its nesting on the text before json.loads recurses, refuses a repeated JSON key and
+an integer literal of more than `LIMITS.max_int_digits` digits, validates the document against a strict
+schema (`LockFileDoc`: known keys only, integer sizes, finite positive times, bounded printable strings), and
+checks that it has one entry per (spec, hand hash, shape) and one device -- its file name's, its header's, its
+every entry's and, on a machine with a GPU, consistent with that GPU (`check_present`). Any violation is one
+`LockfileError` line; `check_lockfiles` lists it under `invalid` and uses none of the file's entries.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictBool,
+    PlainValidator,
     StrictFloat,
     StrictInt,
     StringConstraints,
     ValidationError,
 )
+from pydantic_core import PydanticCustomError
 
 from codegen.build import dump_json
 from codegen.errors import TilegenError
@@ -133,15 +142,32 @@ class LockfileError(TilegenError):
 
 # Field types of the schema: every value a lockfile may hold is bounded, printable and of the one JSON type.
 _Printable = r"^[ -~]+$"  # printable ASCII: no newline, no escape sequence, no control character
+_SHA256, _KERNEL, _DEVICE = r"^[0-9a-f]{64}$", r"^[A-Za-z0-9_.-]+$", r"^[A-Za-z0-9][ -~]*$"
+_PATTERN_MEANS = {  # what a pattern asks for, in words
+    NAME_PATTERN: "must be a spec name (a lower-case identifier)",
+    _SHA256: "must be a sha256: 64 lower-case hexadecimal digits",
+    _KERNEL: "must be a kernel name (letters, digits, '_', '.', '-')",
+    _DEVICE: "must be a GPU name: printable ASCII, starting with a letter or digit",
+    _Printable: "must be printable ASCII on one line",
+}
 SpecName = Annotated[str, StringConstraints(strict=True, pattern=NAME_PATTERN)]
-Sha256 = Annotated[str, StringConstraints(strict=True, pattern=r"^[0-9a-f]{64}$")]
-KernelName = Annotated[str, StringConstraints(strict=True, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
-DeviceName = Annotated[str, StringConstraints(strict=True, max_length=100, pattern=r"^[A-Za-z0-9][ -~]*$")]
+Sha256 = Annotated[str, StringConstraints(strict=True, pattern=_SHA256)]
+KernelName = Annotated[str, StringConstraints(strict=True, max_length=200, pattern=_KERNEL)]
+DeviceName = Annotated[str, StringConstraints(strict=True, max_length=100, pattern=_DEVICE)]
 Text = Annotated[str, StringConstraints(strict=True, max_length=500, pattern=_Printable)]
 TunablePath = Annotated[str, StringConstraints(strict=True, max_length=100, pattern=r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")]
-TunableValue = Annotated[StrictBool | StrictInt | Annotated[str, StringConstraints(strict=True, max_length=100,
-                                                                                     pattern=_Printable)],
-                         Field(union_mode="left_to_right")]
+
+
+def _tunable_value(value: object) -> object:
+    """A tunable's value as a spec writes it: an integer, a boolean or a short printable string (an enum's value);
+    the spec's search model validates it further when the entry is checked."""
+    if isinstance(value, bool | int) or (isinstance(value, str) and len(value) <= 100 and re.fullmatch(_Printable, value)):
+        return value
+    raise PydanticCustomError("tunable_value", "must be an integer, a boolean or a printable string of at most 100 "
+                              "characters")
+
+
+TunableValue = Annotated[object, PlainValidator(_tunable_value)]
 Size = Annotated[StrictInt, Field(gt=0, le=MAX_INT32)]  # a shape's sizes: int32, as the spec's are
 TimeMs = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False)]  # finite and positive (JSON's NaN, 1e400: refused)
 VersionKey = Literal["tilelang", "torch", "runtime", "driver"]
@@ -179,7 +205,7 @@ class EntryDoc(_Doc):
 
 
 class LockFileDoc(_Doc):
-    format: Literal[1]
+    format: Annotated[StrictInt, Field(ge=FORMAT, le=FORMAT)]
     target: Target
     device: DeviceName
     entries: list[EntryDoc]
@@ -266,6 +292,15 @@ def _where(loc: tuple, doc: object) -> tuple[str, object]:
 _ABSENT = object()
 
 
+# pydantic messages that talk Python rather than JSON
+_MESSAGES = {
+    "model_type": "must be a JSON object", "model_attributes_type": "must be a JSON object",
+    "dict_type": "must be a JSON object", "list_type": "must be a JSON array", "tuple_type": "must be a JSON array",
+    "string_type": "must be a string", "int_type": "must be an integer", "float_type": "must be a number",
+    "string_unicode": "must be valid Unicode (no lone surrogate escape)",
+}
+
+
 def _schema_error(exc: ValidationError, doc: object, shown: str) -> LockfileError:
     err = exc.errors(include_url=False)[0]
     where, value = _where(err["loc"], doc)
@@ -273,18 +308,29 @@ def _schema_error(exc: ValidationError, doc: object, shown: str) -> LockfileErro
         return LockfileError(shown, where, "unknown key", "lockfile_schema")
     if err["type"] == "missing":
         return LockfileError(shown, where, "required field is missing", "lockfile_schema")
+    if err["loc"][-1:] == ("[key]",):  # a dict key (a version's name) is wrong, not its value
+        return LockfileError(shown, where, f"unknown key: {err['msg'].replace('Input should be', 'one of')}",
+                             "lockfile_schema")
     scalar = value is not _ABSENT and not isinstance(value, dict | list)
-    return LockfileError(shown, f"{where}={_shown(value)}" if scalar else where or "<document>",
-                         err["msg"].removeprefix("Value error, "), "lockfile_schema")
+    message = (_PATTERN_MEANS.get(err.get("ctx", {}).get("pattern"), err["msg"]) if err["type"] == "string_pattern_mismatch"
+               else _MESSAGES.get(err["type"], err["msg"]))
+    return LockfileError(shown, f"{where}={_shown(value)}" if scalar else where or "<document>", message,
+                         "lockfile_schema")
 
 
 def read_lockfile(path: Path, *, shown: str | None = None, target: Target | None = None) -> LockFile:
-    """A lockfile, validated: bounded size and depth, valid JSON with no repeated key, the schema (LockFileDoc:
-    known keys, integer sizes, finite positive times), one entry per key (spec, hand hash, shape), every entry's
-    device the header's. With `target` (a file of tuned/<target>/): the header's target is the folder's and the
-    file is named after the header's device (lock_path). Any violation: LockfileError, one line."""
+    """A lockfile, validated (parse_lockfile), read with a size cap: at most LIMITS.max_bytes + 1 bytes."""
     shown = shown or path.as_posix()
-    text = _read_capped(path, shown)
+    return parse_lockfile(_read_capped(path, shown), shown, file_name=path.name if target else None, target=target)
+
+
+def parse_lockfile(text: str, shown: str, *, file_name: str | None = None, target: Target | None = None) -> LockFile:
+    """A lockfile's text, validated: bounded size and depth, valid JSON with no repeated key, the schema
+    (LockFileDoc: known keys, integer sizes, finite positive times), one entry per key (spec, hand hash, shape),
+    every entry's device the header's. With `target` (a file of tuned/<target>/): the header's target is the
+    folder's and `file_name` is the header device's (lock_path). Any violation: LockfileError, one line."""
+    if len(text) > LIMITS.max_bytes:
+        raise LockfileError(shown, "", f"over the {LIMITS.max_bytes}-byte limit of a lockfile", "lockfile_limit")
     _check_depth(text, shown)
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_int=_int)
@@ -295,7 +341,7 @@ def read_lockfile(path: Path, *, shown: str | None = None, target: Target | None
         raise LockfileError(shown, "", f"not valid JSON: {why}", "lockfile_json") from None
     if not isinstance(raw, dict):
         raise LockfileError(shown, "", "not a tilegen lockfile: the document must be a JSON object", "lockfile_schema")
-    if raw.get("format", FORMAT) != FORMAT:
+    if type(raw.get("format", FORMAT)) is not int or raw.get("format", FORMAT) != FORMAT:
         raise LockfileError(shown, f"format={_shown(raw['format'])}", f"this tilegen reads format {FORMAT}",
                             "lockfile_format")
     try:
@@ -306,9 +352,9 @@ def read_lockfile(path: Path, *, shown: str | None = None, target: Target | None
         if doc.target != target:
             raise LockfileError(shown, f"target={_shown(doc.target.value)}", f"a lockfile under tuned/{target.value}/ "
                                 f"holds {target.value} entries", "lockfile_device")
-        if path.name != f"{device_slug(doc.device)}.json":
+        if file_name is not None and file_name != f"{device_slug(doc.device)}.json":
             raise LockfileError(shown, f"device={_shown(doc.device)}", f"the lockfile of {doc.device} is "
-                                f"{device_slug(doc.device)}.json, not {path.name}", "lockfile_device")
+                                f"{device_slug(doc.device)}.json, not {_shown(file_name)}", "lockfile_device")
     seen: dict[tuple[str, str, Shape], int] = {}
     for i, e in enumerate(doc.entries):
         if e.device != doc.device:
@@ -323,8 +369,10 @@ def read_lockfile(path: Path, *, shown: str | None = None, target: Target | None
 
 
 def write_lockfile(path: Path, lock: LockFile) -> bool:
-    """Write when the content changed; True if written."""
+    """Write when the content changed; True if written. What is written is first read back as a lockfile would
+    be (parse_lockfile): tilegen never writes one it would refuse."""
     text = dump_json(lock.document())
+    parse_lockfile(text, path.as_posix())
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
     write_text_atomic(path, text)
@@ -420,7 +468,7 @@ def _read_locks(root: Path, target: Target, gpu_present: tuple[str, Target] | No
     paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
     locks, invalid = [], []
     for path in paths:
-        shown = path.relative_to(root).as_posix()
+        shown = path.relative_to(root).as_posix().encode("unicode_escape").decode("ascii")  # one printable line
         try:
             confined(root, path, shown)
             lock = read_lockfile(path, shown=shown, target=target)
@@ -491,6 +539,8 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                     stale_("versions changed: " + ", ".join(changed))
                     continue
                 fresh.append((target, e, inst))
+        if any_file and not locks:  # every lockfile of the target is invalid: its lines stand for the misses
+            continue
         for ls in loaded:
             if target not in getattr(ls.spec, "search", {}) or target not in ls.spec.targets:
                 continue
@@ -498,8 +548,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
             for shape in fam_shapes(ls):
                 if not locks:
                     misses.append(Finding(file=(LOCK_DIR / target.value).as_posix(), spec=ls.spec.name,
-                                          shape=tuple(shape), reason="miss: no valid lockfile for this target"
-                                          if any_file else "miss: no lockfile for this target"))
+                                          shape=tuple(shape), reason="miss: no lockfile for this target"))
                 for path, lock in locks:
                     if not any(e.spec == ls.spec.name and e.hand_hash == hh and e.shape == tuple(shape)
                                for e in lock.entries):

@@ -192,6 +192,6 @@ def resolve_root(project: Path | None, cwd: Path | None = None) -> Path:
     """The project root for `--project DIR` (must exist) or, without it, found from `cwd`."""
     if project is not None:
         if not project.is_dir():
-            raise ProjectError(f"{project}: no such project folder")
+            raise ProjectError(f"{_escaped(project.as_posix())}: no such project folder", "project")
         return project.resolve()
     return find_project_root(cwd or Path.cwd())

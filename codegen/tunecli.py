@@ -174,8 +174,9 @@ def run_check(project: Project, targets: list[Target] | None, *, out: Console, e
                   f"{f'; on {gpu.name} also ' + ', '.join(f'{k} {v}' for k, v in sorted(device_versions[1].items())) if gpu else ''})",
                   markup=False)
         return True
-    invalid = f"{len(report.invalid)} invalid lockfile(s) (fix or remove them), " if report.invalid else ""
-    err.print(f"error: {invalid}{len(report.stale)} stale, {len(report.misses)} missing: run `tilegen tune NAME` on the "
-              "device", markup=False)
+    parts = [f"{len(report.invalid)} invalid lockfile(s): fix or remove them"] if report.invalid else []
+    if report.stale or report.misses:
+        parts.append(f"{len(report.stale)} stale, {len(report.misses)} missing: run `tilegen tune NAME` on the device")
+    err.print(f"error: {'; '.join(parts)}", markup=False)
     return False
 
