@@ -176,9 +176,9 @@ def lower(
     _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    out_dir = out_dir or _run(lambda: project.path("build/lowered"))
     load_tilelang()  # its logger at the level --verbose chose
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
-    out_dir = out_dir or _run(lambda: project.path("build/lowered"))
     for k in kernels:
         dest = out_dir / k.relpath
         write_text_atomic(dest, k.source)

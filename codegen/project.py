@@ -46,18 +46,47 @@ class TomlLimits:
     max_config_bytes: int = 64 * 1024  # tilegen.toml: one `specs` list of at most 64 paths needs a few KB
     max_pyproject_bytes: int = 1024 * 1024  # a pyproject.toml holds other tools' tables too
     max_depth: int = 16  # nested arrays / inline tables ([tool.tilegen] needs 1)
+    # parts of one dotted key or table name (`tool.tilegen` has 2): tomllib's time grows with the square of a
+    # key's parts (8,000 parts: a second), so a 1 MiB file of one dotted key would take an hour
+    max_key_parts: int = 16
 
 
 TOML_LIMITS = TomlLimits()
 
-# what can open a nesting level in TOML, with strings and comments skipped whole (a bracket in them is text)
-_TOML_TOKENS = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]')
+# TOML's tokens as far as nesting goes: strings and comments (skipped whole: a bracket or a dot in them is text),
+# dotted keys (bare or quoted parts joined by dots), bare words, and the brackets. Possessive quantifiers and
+# the bare word as a token of its own keep the scan linear in the text.
+_QUOTED = r'"(?:[^"\\\n]|\\.)*+"|\'[^\'\n]*+\''
+_PART = rf"(?:[A-Za-z0-9_-]++|{_QUOTED})"
+_TOML_TOKENS = re.compile(rf'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|(?P<dotted>{_PART}(?:[ \t]*+\.[ \t]*+{_PART})++)|{_QUOTED}'
+                          rf"|[A-Za-z0-9_-]++|#[^\n]*+|(?P<open>[\[{{])|(?P<close>[\]}}])")
+_TOML_PART = re.compile(_PART)
+
+
+def _check_toml_nesting(text: str, shown: str) -> None:
+    """Refuse nesting past TOML_LIMITS -- brackets deeper than max_depth, a dotted key of more than max_key_parts
+    parts -- counted on the text in one linear pass, before tomllib recurses or walks the key."""
+    def refuse(at: int, problem: str) -> ProjectError:
+        line = text.count("\n", 0, at) + 1
+        col = at - (text.rfind("\n", 0, at) + 1) + 1
+        return ProjectError(f"{shown}:{line}:{col}: {problem}", "config_limit")
+
+    depth = 0
+    for m in _TOML_TOKENS.finditer(text):
+        if m.group("open"):
+            depth += 1
+            if depth > TOML_LIMITS.max_depth:
+                raise refuse(m.start(), f"nests deeper than {TOML_LIMITS.max_depth} arrays or inline tables")
+        elif m.group("close"):
+            depth = max(depth - 1, 0)
+        elif m.group("dotted") and len(_TOML_PART.findall(m.group())) > TOML_LIMITS.max_key_parts:
+            raise refuse(m.start(), f"a dotted key or table name of more than {TOML_LIMITS.max_key_parts} parts")
 
 
 def read_toml(path: Path, shown: str, max_bytes: int) -> dict:
     """A TOML file as tomllib reads it, refused in one line when it is not a regular file, is over `max_bytes`
-    (at most one byte more is read) or nests deeper than TOML_LIMITS.max_depth (counted on the text, in one
-    linear pass, so 100,000 brackets are refused instead of overflowing tomllib's recursion)."""
+    (at most one byte more is read) or nests past TOML_LIMITS (_check_toml_nesting: 100,000 brackets are refused
+    instead of overflowing tomllib's recursion)."""
     try:
         if not path.is_file():
             raise ProjectError(f"{shown}: not a regular file", "config")
@@ -71,18 +100,7 @@ def read_toml(path: Path, shown: str, max_bytes: int) -> dict:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProjectError(f"{shown}: not UTF-8 text (byte {exc.start})", "config") from None
-    depth = 0
-    for m in _TOML_TOKENS.finditer(text):
-        ch = m.group()
-        if ch in "[{":
-            depth += 1
-            if depth > TOML_LIMITS.max_depth:
-                line = text.count("\n", 0, m.start()) + 1
-                col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-                raise ProjectError(f"{shown}:{line}:{col}: nests deeper than {TOML_LIMITS.max_depth} arrays or "
-                                   "inline tables", "config_limit")
-        elif ch in "]}":
-            depth = max(depth - 1, 0)
+    _check_toml_nesting(text, shown)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

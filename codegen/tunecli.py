@@ -69,9 +69,10 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             gpu = gpu.using(gpus)
         except ValueError as exc:
             raise TilegenError(str(exc)) from None
-    for target in chosen:
-        if target in search:
-            check_space(ls, target, max_points)
+    for target in chosen:  # every target refused or sized before anything runs
+        if target not in ls.spec.targets:
+            raise TilegenError(f"{name}: {target.value} is not in its targets")
+        check_space(ls, target, max_points)
     locks = {t: _lock_to_merge(project, t, gpu) for t in chosen} if gpu is not None else {}
     if ray is not None:
         opts = replace(opts, ray=ray)
