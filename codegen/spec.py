@@ -26,11 +26,12 @@ Tm = TypeVar("Tm", bound=BaseModel)
 MAX_INT32 = 2**31 - 1  # every size and count (shapes, tiles, threads, unroll): TileLang shapes are int32 [int32]
 MAX_SHAPES = 256  # shapes per spec [too_long]
 MAX_INSTANCES = 1024  # kernel instances (spec entries x targets) in one spec set [instance_limit]
-# points of one search space `tilegen tune` expands by default (`--max-points` raises it) [search_points]: each goes
-# through the family's rules and, when legal and new, is rendered (100-800 points a second on one core), then is
-# built at every shape -- at 1,024 points the rules take seconds, and even where every point is legal and
-# distinct the builds fit a 10-minute tune on a 16-core machine at a few seconds a build
-MAX_POINTS = 1024
+# points of one search space `tilegen tune` expands by default (`--max-points` raises it) [search_points]. Each
+# goes through the family's rules and, when legal and new, is rendered (100-1,700 points a second measured on one
+# core: seconds for 512), then is built for real at every shape (4-15 s a build on one core): 512 points all legal
+# and distinct are about 2-8 minutes of builds a shape on 16 cores (docs/limits.md). The committed spaces have at
+# most 192 points.
+MAX_POINTS = 512
 # eps and softmax_scale become fp32 literals of the kernel: each must be a normal fp32 [fp32_range] -- a value
 # below the smallest normal one is a subnormal (flushed to zero by the GPU's fp32 arithmetic) or rounds to 0
 MAX_FP32 = 3.4028234663852886e38  # the largest fp32
