@@ -692,6 +692,43 @@ def test_the_gpu_present_must_agree_with_a_lockfile(tuned):
     assert not amd.fresh and not alias.fresh  # none of the file's entries is used
 
 
+def test_a_measured_tune_refuses_an_invalid_lockfile_before_measuring(tuned):
+    """The lockfile a measured tune merges into is read (and checked against the GPU) before anything runs."""
+    from types import SimpleNamespace
+
+    from codegen.lockfile import LockfileError
+    from codegen.tunecli import _lock_to_merge
+
+    root, doc = tuned
+    h200 = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90)
+    path, lock = _lock_to_merge(Project(root=root), Target.SM_90, h200)
+    assert path == root / LOCK and len(lock.entries) == 1  # the negative control: a valid one is merged into
+    write_doc(root, _set(doc, (*W, "time_ms"), "@raw:NaN"))
+    with pytest.raises(LockfileError, match=r"entries\[0\]\.winner\.time_ms=nan: .* \[lockfile_schema\]$"):
+        _lock_to_merge(Project(root=root), Target.SM_90, h200)
+    write_doc(root, doc)
+    with pytest.raises(LockfileError, match=r"runs gfx942 kernels, not sm_90 \[lockfile_device\]$"):
+        _lock_to_merge(Project(root=root), Target.SM_90, SimpleNamespace(name="NVIDIA H200", run_target=Target.GFX942))
+
+
+def test_tilegen_never_writes_a_lockfile_it_would_refuse(tmp_path: Path):
+    from dataclasses import replace
+
+    from codegen.lockfile import LockfileError, read_lockfile
+
+    good = LockEntry(spec="g", hand_hash="0" * 64, shape=(256, 256, 256), device="NVIDIA H200",
+                     versions={"tilelang": "0.1.15"}, winner=Candidate(uri="k", tunables={"unroll": 2}, time_ms=0.01),
+                     runner_up=None)
+    path = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
+    assert write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(good,)))
+    assert read_lockfile(path, target=Target.SM_90).entries == (good,)
+    before = path.read_text(encoding="utf-8")
+    nan = replace(good, winner=replace(good.winner, time_ms=float("nan")))
+    with pytest.raises(LockfileError, match=r"time_ms=nan"):
+        write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(nan,)))
+    assert path.read_text(encoding="utf-8") == before
+
+
 # ---- tilegen init: the whole project or nothing ---------------------------------------------------------------
 
 def _init(dest: Path):
