@@ -34,6 +34,7 @@ from codegen.errors import SpecError, SpecErrors, TilegenError
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.pipeline import Project
+from codegen.spec import MAX_POINTS
 from codegen.starter import starter_spec
 from codegen.workers import load_tilelang, set_tilelang_log_level
 
@@ -175,9 +176,9 @@ def lower(
     _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    out_dir = out_dir or _run(lambda: project.path("build/lowered"))
     load_tilelang()  # its logger at the level --verbose chose
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
-    out_dir = out_dir or project.root / "build" / "lowered"
     for k in kernels:
         dest = out_dir / k.relpath
         write_text_atomic(dest, k.source)
@@ -304,7 +305,7 @@ def sass(
     _require_selection(names, all_)
     project = _project()
     doc, builds = _run(lambda: run_sass(project, names or [], all_, cache_dir=cache_dir, jobs=jobs))
-    path = out_file or project.root / "reports" / "static" / "sm_90_sass.json"
+    path = out_file or _run(lambda: project.path("reports/static/sm_90_sass.json"))
     from codegen.build import dump_json
 
     write_text_atomic(path, dump_json(json.loads(json.dumps(doc))))
@@ -362,6 +363,9 @@ def tune(
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     profile_top: Annotated[int, typer.Option(
         "--profile-top", min=0, help="After measured selection, profile the N best candidates (ncu / rocprofv3).")] = 0,
+    max_points: Annotated[int, typer.Option(
+        "--max-points", min=1, help="Refuse a search space of more points than this, before expanding it "
+                                    "(docs/limits.md).")] = MAX_POINTS,
 ) -> None:
     """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
     from codegen.build import BuildOptions
@@ -377,7 +381,7 @@ def tune(
         raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
-                          gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top))
+                          gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top, max_points=max_points))
 
 
 @app.command()

@@ -106,11 +106,11 @@ def test_gen_ignores_the_search_block():
 # ---- expand and constrain --------------------------------------------------------------------------
 
 def test_expansion_is_the_ordered_product():
-    points = expand(loaded().spec, Target.GFX942)
+    points = list(expand(loaded().spec, Target.GFX942))
     assert len(points) == 8
     assert points[0] == (("tiling.block_m", 64), ("tiling.block_k", 32), ("pipeline.stages", 1))
     assert points[-1] == (("tiling.block_m", 128), ("tiling.block_k", 256), ("pipeline.stages", 2))
-    assert points == expand(loaded().spec, Target.GFX942)  # deterministic
+    assert points == list(expand(loaded().spec, Target.GFX942))  # deterministic
     assert hand_values(loaded().spec, Target.GFX942) == (("tiling.block_m", 64), ("tiling.block_k", 32),
                                                          ("pipeline.stages", 2))
     with pytest.raises(TilegenError, match=r"no `search.sm_90` block"):
@@ -260,21 +260,25 @@ def test_lockfile_stale_and_misses(tmp_path):
         _entry(ls, winner=good),  # versions differ below: stale
         _entry(ls, winner=good, hand_hash="0" * 64),  # another hand configuration
         _entry(ls, winner=good, shape=(512, 512, 512)),  # shape gone
-        _entry(ls, winner=replace(good, uri="gemm_old_name")),  # template changed the winner's kernel
         _entry(ls, spec="gone", winner=good),
     )
     write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=entries))
+    # one entry per (spec, hand hash, shape) in a lockfile: the renamed winner goes into another device's
+    renamed = _entry(ls, winner=replace(good, uri="gemm_old_name"), device="NVIDIA H100")  # template changed it
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H100"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H100", entries=(renamed,)))
     report = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.16", "torch": "2.8.0"})
     lines = sorted(f.line() for f in report.stale)
     assert lines == sorted([
         "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: versions changed: tilelang 0.1.15 -> 0.1.16",
         "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the spec's hand configuration or its template changed",
         "tuned/sm_90/NVIDIA_H200.json: g 512x512x512: stale: the shape is no longer in the spec",
-        (f"tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the winner's kernel is now {good.uri}, not "
+        (f"tuned/sm_90/NVIDIA_H100.json: g 256x256x256: stale: the winner's kernel is now {good.uri}, not "
         "gemm_old_name (template or instance changed)"),
         "tuned/sm_90/NVIDIA_H200.json: gone 256x256x256: stale: no spec named gone for sm_90",
     ])
+    assert report.invalid == ()
     # the sm_90 entry for (g, 256^3) exists, so no sm_90 miss; gfx942 has a search block and no lockfile
     assert [f.line() for f in report.misses] == ["tuned/gfx942: g 256x256x256: miss: no lockfile for this target"]
     assert not report.clean
@@ -304,7 +308,7 @@ def test_lockfile_refuses_another_device_and_a_bad_file(tmp_path):
         lock.merged([_entry(ls)])
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": 9}')
-    with pytest.raises(TilegenError, match="not a tilegen lockfile: ValueError: format 9"):
+    with pytest.raises(TilegenError, match=r"bad.json: format=9: this tilegen reads format 1 \[lockfile_format\]"):
         read_lockfile(bad)
 
 
