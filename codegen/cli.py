@@ -353,7 +353,12 @@ def tune(
     static: Annotated[bool, typer.Option(
         "--static", help="Only the stages that need no GPU: expand, rules, build and prune, static rank (AMD).")] = False,
     budget: Annotated[str, typer.Option("--budget", help="Time for the measured rounds (20m, 90s, 1h).")] = "20m",
-    check: Annotated[bool, typer.Option("--check", help="List stale lockfile entries and misses; exit 1 on any.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="List stale lockfile entries and untuned searched shapes; exit 1 on a stale entry.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="With --check: exit 1 on an untuned shape too.")] = False,
+    all_: Annotated[bool, typer.Option(
+        "--all", help="Every spec with a `search:` block not yet fresh in this GPU's lockfile, under one --budget "
+        "(resumable: fresh specs are skipped).")] = False,
     jobs: Jobs = None,
     timeout: Timeout = 300.0,
     gpus: Gpus = None,
@@ -373,13 +378,23 @@ def tune(
 
     project = _project()
     if check:
-        if not _run(lambda: run_check(project, target, out=out, err=err)):
+        if not _run(lambda: run_check(project, target, out=out, err=err, strict=strict)):
             raise typer.Exit(1)
         return
-    if not name:
-        err.print("error: name a spec to tune, or pass --check", markup=False)
-        raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
+    if all_:
+        if name or static or ray or profile_top:
+            err.print("error: --all tunes every searched spec on the GPU present: give no NAME, --static, --ray or "
+                      "--profile-top with it", markup=False)
+            raise typer.Exit(2)
+        from codegen.tuneall import FAILED, run_tune_all
+
+        rows = _run(lambda: run_tune_all(project, target, budget=budget, opts=opts, timeout_s=timeout, out=out,
+                                         err=err, gpus=gpus))
+        raise typer.Exit(1 if any(r.status == FAILED for r in rows) else 0)
+    if not name:
+        err.print("error: name a spec to tune, pass --all, or pass --check", markup=False)
+        raise typer.Exit(2)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
                           gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top, max_points=max_points))
 

@@ -150,8 +150,11 @@ def _profile_top(result: TuneResult, doc: dict, top: int, gpu, project: Project,
     return {**doc, "profiled": [r.to_json() for r in rows]}
 
 
-def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console) -> bool:
-    """`tilegen tune --check`: stale entries and misses, one line each; True when there are none."""
+def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console,
+              strict: bool = False) -> bool:
+    """`tilegen tune --check`: stale entries and misses, one line each. False (exit 1) on any stale entry -- a
+    lockfile that no longer answers for the spec set -- and, with `strict`, on any miss too; a miss alone (a
+    searched shape not tuned yet on some device: its hand configuration serves it) is listed, not an error."""
     from codegen.gpu import NoGpu, detect_gpu
 
     versions = local_versions()
@@ -169,6 +172,11 @@ def run_check(project: Project, targets: list[Target] | None, *, out: Console, e
     if report.not_compared:
         where = f"only {gpu.name}'s lockfile is compared with this {gpu.name}" if gpu else "no GPU here"
         err.print(f"not compared ({where}): {', '.join(report.not_compared)}", markup=False)
+    if not report.stale and report.misses and not strict:
+        out.print(f"tuned/ has no stale entry ({report.entries} entr{'y' if report.entries == 1 else 'ies'}); "
+                  f"{len(report.misses)} searched shape(s) not tuned yet, served by their hand configurations "
+                  "(`tilegen tune --all` on the device tunes them; --strict makes this an error)", markup=False)
+        return True
     if report.clean:
         out.print(f"tuned/ is up to date: {report.entries} entr{'y' if report.entries == 1 else 'ies'} "
                   f"(versions compared: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}"
