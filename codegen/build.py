@@ -44,6 +44,7 @@ from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.instance import KernelInstance
 from codegen.pipeline import Project
+from codegen.project import confined
 from codegen.render import RenderedFile
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS, find_toolchain
@@ -393,7 +394,7 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
     t_start = time.perf_counter()
     targets = sorted({f.instance.target for f in files})
     toolchains = {t: find_toolchain(t, root, gfx942_env=opts.gfx942_env) for t in targets}
-    cache = BuildCache(opts.cache_dir or root / ".cache" / "build")
+    cache = BuildCache(opts.cache_dir or confined(root, root / ".cache" / "build"))
     cache.sweep_staging()
     jobs = plan(files, toolchains, cache, first_shape=opts.first_shape)
     results: dict[str, BuildResult] = {}
@@ -464,7 +465,7 @@ def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
     """reports/static/<target>.json for each target built, written only when the content changed."""
     written = []
     for target in sorted({r.target for r in report.results}):
-        path = root / REPORT_DIR / f"{target.value}.json"
+        path = confined(root, root / REPORT_DIR / f"{target.value}.json")
         text = dump_json(report.document(target, volatile=False))
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):
             write_text_atomic(path, text)

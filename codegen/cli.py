@@ -34,6 +34,7 @@ from codegen.errors import SpecError, SpecErrors, TilegenError
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.pipeline import Project
+from codegen.spec import MAX_POINTS
 from codegen.starter import starter_spec
 from codegen.workers import load_tilelang, set_tilelang_log_level
 
@@ -192,9 +193,9 @@ def lower(
     _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    out_dir = out_dir or _run(lambda: project.path("build/lowered"))
     load_tilelang()  # its logger at the level --verbose chose
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
-    out_dir = out_dir or project.root / "build" / "lowered"
     for k in kernels:
         dest = out_dir / k.relpath
         write_text_atomic(dest, k.source)
@@ -327,7 +328,7 @@ def sass(
     _require_selection(names, all_)
     project = _project()
     doc, builds = _run(lambda: run_sass(project, names or [], all_, cache_dir=cache_dir, jobs=jobs))
-    path = out_file or project.root / "reports" / "static" / "sm_90_sass.json"
+    path = out_file or _run(lambda: project.path("reports/static/sm_90_sass.json"))
     from codegen.build import dump_json
 
     write_text_atomic(path, dump_json(json.loads(json.dumps(doc))))
@@ -375,7 +376,12 @@ def tune(
     static: Annotated[bool, typer.Option(
         "--static", help="Only the stages that need no GPU: expand, rules, build and prune, static rank (AMD).")] = False,
     budget: Annotated[str, typer.Option("--budget", help="Time for the measured rounds (20m, 90s, 1h).")] = "20m",
-    check: Annotated[bool, typer.Option("--check", help="List stale lockfile entries and misses; exit 1 on any.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="List stale lockfile entries and untuned searched shapes; exit 1 on a stale entry.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="With --check: exit 1 on an untuned shape too.")] = False,
+    all_: Annotated[bool, typer.Option(
+        "--all", help="Every spec with a `search:` block not yet fresh in this GPU's lockfile, under one --budget "
+        "(resumable: fresh specs are skipped).")] = False,
     jobs: Jobs = None,
     timeout: Timeout = 300.0,
     gpus: Gpus = None,
@@ -385,6 +391,9 @@ def tune(
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     profile_top: Annotated[int, typer.Option(
         "--profile-top", min=0, help="After measured selection, profile the N best candidates (ncu / rocprofv3).")] = 0,
+    max_points: Annotated[int, typer.Option(
+        "--max-points", min=1, help="Refuse a search space of more points than this, before expanding it "
+                                    "(docs/limits.md).")] = MAX_POINTS,
 ) -> None:
     """Search a spec's `search:` space (rules, real builds, static rank or measured selection) into the lockfile."""
     from codegen.build import BuildOptions
@@ -392,15 +401,25 @@ def tune(
 
     project = _project()
     if check:
-        if not _run(lambda: run_check(project, target, out=out, err=err)):
+        if not _run(lambda: run_check(project, target, out=out, err=err, strict=strict)):
             raise typer.Exit(1)
         return
-    if not name:
-        err.print("error: name a spec to tune, or pass --check", markup=False)
-        raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
+    if all_:
+        if name or static or ray or profile_top:
+            err.print("error: --all tunes every searched spec on the GPU present: give no NAME, --static, --ray or "
+                      "--profile-top with it", markup=False)
+            raise typer.Exit(2)
+        from codegen.tuneall import FAILED, run_tune_all
+
+        rows = _run(lambda: run_tune_all(project, target, budget=budget, opts=opts, timeout_s=timeout, out=out,
+                                         err=err, gpus=gpus))
+        raise typer.Exit(1 if any(r.status == FAILED for r in rows) else 0)
+    if not name:
+        err.print("error: name a spec to tune, pass --all, or pass --check", markup=False)
+        raise typer.Exit(2)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
-                          gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top))
+                          gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top, max_points=max_points))
 
 
 @app.command()

@@ -5,7 +5,10 @@ with a modelled error magnitude per element, and the tolerance (documented in RE
 a bound per output element from the output dtype's rounding plus a model of the kernel's arithmetic
 error, only the model scaled by the spec's verify_tolerance_scale. The check passes only if *no*
 element exceeds its tolerance, and only counts as verified if every applicable negative control (a
-plausible wrong output: zeros, a transposition, a dropped tile, a missing mask) fails it.
+plausible wrong output: zeros, a transposition, a dropped tile, a missing mask) fails it. The check is
+itself checked: the reference rounded once to the output dtype -- the best answer a kernel can store -- must
+pass it (a positive control); a tolerance that rejects it is a defect of the tolerance
+model, reported as an error of the case (neither verified nor failed), never blamed on the kernel.
 
 The reference, the tolerance and the controls are computed chunk by chunk (`Numerics.chunks`: row blocks
 for the row families, row x column blocks of C for GEMM, (batch, K/V-head group, query block) for
@@ -18,7 +21,7 @@ rejected when any chunk rejects it, n/a only when it equals the reference in eve
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from codegen.families import family
 from codegen.hardware import Target
@@ -32,6 +35,7 @@ class Comparison:
     max_rel_err: float
     mismatch_ratio: float
     passed: bool
+    rounded_reference_rejected: int = 0  # elements where the bound rejects the reference rounded to the output dtype
 
 
 # fp32 elements of one verification chunk's largest temporary (64 MiB); a chunk keeps about a dozen
@@ -111,17 +115,26 @@ def judge(out, ref, abs_product, tol, controls: dict[str, object]) -> tuple[str,
     return judge_chunks(out, [CheckChunk(index=(...,), ref=ref, mag=abs_product, controls=controls)], tol)
 
 
+UNSOUND_TOLERANCE = ("the tolerance rejects the correctly rounded reference at {n} element(s): a defect of the "
+                     "tolerance model, not a verdict on the kernel")
+
+
 def judge_chunks(out, chunks: Iterable[CheckChunk], tol) -> tuple[str, Comparison, dict[str, str]]:
     """judge, chunk by chunk: the output's figures summed over the chunks; a control is rejected as soon as
     one chunk rejects it (later chunks skip it), n/a if it equals the reference in every chunk, and
-    vacuous if it differs somewhere yet no chunk rejects it."""
+    vacuous if it differs somewhere yet no chunk rejects it. The positive control (the reference rounded
+    once to the output's dtype) must pass in every chunk; where it does not, the status is "error" and
+    `rounded_reference_rejected` counts the elements: the bound is unsound there, so the kernel's figures
+    say nothing."""
     import torch
 
     tally = _Tally()
+    rounded_rejected = 0
     state: dict[str, str] = {}  # control -> "identical" | "differs" | "rejected"
     for chunk in chunks:
         bound = tol.bound(chunk.ref, chunk.mag)
         tally.add(out[chunk.index], chunk.ref, bound)
+        rounded_rejected += _Tally().add(chunk.ref.to(out.dtype), chunk.ref, bound)
         for name, wrong in chunk.controls.items():
             seen = state.setdefault(name, "identical")
             if seen == "rejected" or torch.equal(wrong, chunk.ref):
@@ -129,6 +142,7 @@ def judge_chunks(out, chunks: Iterable[CheckChunk], tol) -> tuple[str, Compariso
             state[name] = "rejected" if _Tally().add(wrong, chunk.ref, bound) else "differs"
         del bound, chunk
     result = tally.result()
+    result = replace(result, rounded_reference_rejected=rounded_rejected)
     outcome: dict[str, str] = {}
     vacuous = False
     for name, seen in state.items():
@@ -139,7 +153,9 @@ def judge_chunks(out, chunks: Iterable[CheckChunk], tol) -> tuple[str, Compariso
             vacuous = True
         else:
             outcome[name] = "rejected"
-    if not result.passed:
+    if rounded_rejected:
+        status = "error"
+    elif not result.passed:
         status = "failed"
     elif vacuous:
         status = "vacuous"
@@ -184,6 +200,7 @@ def verify_case(rendered, shape: tuple[int, ...], run_target: Target, seeds=None
                 inputs=kind, status=status, label=run_label(inst.target, run_target), tolerance=tol.describe(),
                 max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err, mismatch_ratio=cmp.mismatch_ratio,
                 controls=outcome, seconds=time.perf_counter() - t0,
+                error=UNSOUND_TOLERANCE.format(n=cmp.rounded_reference_rejected) if status == "error" else "",
             ))
             del case, c
     return results

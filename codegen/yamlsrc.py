@@ -42,17 +42,23 @@ class YamlLimits:
 LIMITS = YamlLimits()
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+MAX_KEY_SHOWN = 60  # a longer key is shown cut, with its length
+
+
 def format_path(path: FieldPath) -> str:
-    """`("tiling", "threads")` -> `tiling.threads`; `("shapes", 0, "m")` -> `shapes[0].m`. A key that is not
-    printable on one line is shown quoted and escaped (`['a\\nb']`)."""
+    """`("tiling", "threads")` -> `tiling.threads`; `("shapes", 0, "m")` -> `shapes[0].m`. A key that is not a
+    plain name (a bracket, a dot, a space, a control character: `a[0]`, an ANSI escape) is shown quoted and
+    escaped, so it reads as one key on one line: `['a[0]']`, `['\\x1b[31m']`; a very long one is cut."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif not part.isprintable() or not part:
-            out += f"[{part!r}]"
-        else:
+        elif _PLAIN_KEY.fullmatch(part) and len(part) <= MAX_KEY_SHOWN:
             out += f".{part}" if out else part
+        else:
+            shown = part if len(part) <= MAX_KEY_SHOWN else f"{part[:MAX_KEY_SHOWN]}... ({len(part)} characters)"
+            out += f"[{shown!a}]"
     return out
 
 

@@ -106,11 +106,11 @@ def test_gen_ignores_the_search_block():
 # ---- expand and constrain --------------------------------------------------------------------------
 
 def test_expansion_is_the_ordered_product():
-    points = expand(loaded().spec, Target.GFX942)
+    points = list(expand(loaded().spec, Target.GFX942))
     assert len(points) == 8
     assert points[0] == (("tiling.block_m", 64), ("tiling.block_k", 32), ("pipeline.stages", 1))
     assert points[-1] == (("tiling.block_m", 128), ("tiling.block_k", 256), ("pipeline.stages", 2))
-    assert points == expand(loaded().spec, Target.GFX942)  # deterministic
+    assert points == list(expand(loaded().spec, Target.GFX942))  # deterministic
     assert hand_values(loaded().spec, Target.GFX942) == (("tiling.block_m", 64), ("tiling.block_k", 32),
                                                          ("pipeline.stages", 2))
     with pytest.raises(TilegenError, match=r"no `search.sm_90` block"):
@@ -242,10 +242,6 @@ def _candidate(ls, stages: int, time_ms: float) -> Candidate:
                      code_sha256=rendered.code_sha256)
 
 
-def _winner_uri(ls) -> str:
-    return _candidate(ls, 3, 0.01).uri
-
-
 def test_lockfile_round_trip_and_clean_check(tmp_path):
     ls = loaded(SM90)
     e = _entry(ls)
@@ -266,27 +262,33 @@ def test_lockfile_stale_and_misses(tmp_path):
         _entry(ls, winner=good),  # versions differ below: stale
         _entry(ls, winner=good, hand_hash="0" * 64),  # another hand configuration
         _entry(ls, winner=good, shape=(512, 512, 512)),  # shape gone
-        _entry(ls, winner=replace(good, uri="gemm_old_name")),  # the winner's configuration changed
-        _entry(ls, winner=replace(good, code_sha256="0" * 64)),  # its code changed
-        _entry(ls, runner_up=replace(second, code_sha256="1" * 64)),  # the runner-up's code changed
         _entry(ls, spec="gone", winner=good),
     )
     write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=entries))
+    # one entry per (spec, hand hash, shape) in a lockfile: each drifted candidate goes into another device's
+    for device, drifted in (
+        ("NVIDIA H100", {"winner": replace(good, uri="gemm_old_name")}),  # the winner's configuration changed
+        ("NVIDIA B200", {"winner": replace(good, code_sha256="0" * 64)}),  # its code changed
+        ("NVIDIA GH200", {"runner_up": replace(second, code_sha256="1" * 64)}),  # the runner-up's code changed
+    ):
+        write_lockfile(lock_path(tmp_path, Target.SM_90, device),
+                       LockFile(target=Target.SM_90, device=device, entries=(_entry(ls, device=device, **drifted),)))
     report = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.16", "torch": "2.8.0"})
     lines = sorted(f.line() for f in report.stale)
     assert lines == sorted([
         "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: versions changed: tilelang 0.1.15 -> 0.1.16",
         "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the spec's hand configuration changed",
         "tuned/sm_90/NVIDIA_H200.json: g 512x512x512: stale: the shape is no longer in the spec",
-        (f"tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the winner's kernel is now {good.uri}, not "
+        (f"tuned/sm_90/NVIDIA_H100.json: g 256x256x256: stale: the winner's kernel is now {good.uri}, not "
         "gemm_old_name (its configuration changed)"),
-        (f"tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: {good.uri}: code changed (the winner's code sha256 "
+        (f"tuned/sm_90/NVIDIA_B200.json: g 256x256x256: stale: {good.uri}: code changed (the winner's code sha256 "
          f"000000000000 -> {good.code_sha256[:12]})"),
-        (f"tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: {second.uri}: code changed (the runner-up's code "
+        (f"tuned/sm_90/NVIDIA_GH200.json: g 256x256x256: stale: {second.uri}: code changed (the runner-up's code "
          f"sha256 111111111111 -> {second.code_sha256[:12]})"),
         "tuned/sm_90/NVIDIA_H200.json: gone 256x256x256: stale: no spec named gone for sm_90",
     ])
+    assert report.invalid == ()
     # the sm_90 entry for (g, 256^3) exists, so no sm_90 miss; gfx942 has a search block and no lockfile
     assert [f.line() for f in report.misses] == ["tuned/gfx942: g 256x256x256: miss: no lockfile for this target"]
     assert not report.clean
@@ -316,7 +318,7 @@ def test_lockfile_refuses_another_device_and_a_bad_file(tmp_path):
         lock.merged([_entry(ls)])
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": 9}')
-    with pytest.raises(TilegenError, match="not a tilegen lockfile: ValueError: format 9"):
+    with pytest.raises(TilegenError, match=r"bad.json: format=9: this tilegen reads format 1 \[lockfile_format\]"):
         read_lockfile(bad)
 
 

@@ -3,16 +3,18 @@ derived edge shapes and the torch baselines.
 
 Tolerance (per output element, documented in README "Verification"):
 
-    tol_ij = u_out * |ref_ij|  +  scale * (4 * u_acc * sqrt(K) + u_prod) * (|A|.|B|)_ij  +  tiny
+    tol_ij = u_out * |ref_ij|  +  eta_out  +  scale * (4 * u_acc * sqrt(K) + u_prod) * (|A|.|B|)_ij  +  tiny
 
-u_out: unit roundoff of the output dtype (the final rounding); u_acc: of the accumulator the matrix
+u_out: unit roundoff of the output dtype and eta_out half its smallest subnormal (together the final rounding:
+relative in the normal range, absolute below it -- an fp16 C element under 6.1e-5 rounds by up to 2^-25
+whatever its size); u_acc: of the accumulator the matrix
 cores really use (fp32: 2^-24; Hopper fp8 wgmma keeps ~14 bits: 2^-14); u_prod: the relative error of
 each product from how the kernel represents its inputs where it runs (`product_model`): 0 when the
 products are exact (fp16/bf16/fp8 in any MMA; fp32 `ieee`: CUDA-core FMA or fp32 MFMA); 2u + u^2 for a
 product of two inputs each rounded with unit roundoff u (fp32 `tf32`: TF32 round-to-nearest, u = 2^-11;
 raw fp32 bits fed to sm_90's tf32 MMA: truncation, u = 2^-10 -- the gfx942 fp32 program's logic check);
 3u^2(1+u)^2 for 3xtf32 (the dropped a_lo*b_lo term and the two residuals' roundings). sqrt(K) is the
-random-walk growth of K accumulation errors and (|A|.|B|)_ij their scale. The first term is the exact
+random-walk growth of K accumulation errors and (|A|.|B|)_ij their scale. The first two terms are the exact
 bound of the final rounding; the second is a model, so only it is scaled: scale defaults to 1 and a spec
 may tighten or loosen it (verify_tolerance_scale). The check passes only if *no* element exceeds its
 tolerance, and only counts as verified if every applicable negative control fails it -- for fp32 `ieee`
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 from codegen.families.base import Numerics
 from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import TINY, UNIT_ROUNDOFF, compiled_once
+from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS, torch_dtype
 
@@ -368,6 +370,7 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
 @dataclass(frozen=True, kw_only=True)
 class Tolerance:
     u_out: float
+    eta_out: float  # half the output dtype's smallest subnormal: the rounding bound below its normal range
     u_acc: float
     u_prod: float  # relative error of each product from the inputs' representation (product_model)
     k: int
@@ -376,15 +379,15 @@ class Tolerance:
     split_k: int = 1  # K split over this many fp32 partials (the same bound: see the module docstring)
 
     def describe(self) -> str:
-        text = (f"{self.u_out:.3g}*|ref| + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) + {self.u_prod:.3g})"
-                f"*|A|.|B|")
+        text = (f"{self.u_out:.3g}*|ref| + {self.eta_out:.3g} + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) "
+                f"+ {self.u_prod:.3g})*|A|.|B|")
         notes = [self.products] * bool(self.products)
         notes += [f"split_k {self.split_k}: fp32 partials, one rounding"] * (self.split_k > 1)
         return f"{text} [{'; '.join(notes)}]" if notes else text
 
     def bound(self, ref, abs_product):
         acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + self.u_prod
-        return self.u_out * ref.abs() + self.scale * acc * abs_product + TINY
+        return self.u_out * ref.abs() + self.eta_out + self.scale * acc * abs_product + TINY
 
 
 def gemm_tolerance(inst, run_target: Target, k: int, scale: float = 1.0) -> Tolerance:
@@ -392,7 +395,7 @@ def gemm_tolerance(inst, run_target: Target, k: int, scale: float = 1.0) -> Tole
     cores = TARGETS[run_target]  # what the matrix cores of the GPU it runs on do to sums
     u_acc = max(UNIT_ROUNDOFF[acc], cores.mma_accumulator_roundoff.get(a, 0.0))
     model = product_model(inst, run_target)
-    return Tolerance(u_out=UNIT_ROUNDOFF[out], u_acc=u_acc, u_prod=model.u_prod, k=k, scale=scale,
+    return Tolerance(u_out=UNIT_ROUNDOFF[out], eta_out=SUBNORMAL_ROUNDOFF[out], u_acc=u_acc, u_prod=model.u_prod, k=k, scale=scale,
                      products=model.label, split_k=inst.split_k)
 
 

@@ -1,0 +1,84 @@
+"""The checker's tolerance must accept the best answer a kernel can store: the fp32 reference rounded once to
+the output dtype, in the normal range and below it (subnormals). verify checks it on every case (a positive
+control, `rounded_reference_rejected`); these tests check each family's tolerance model on the CPU, and that
+the positive control can fail."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from numcheck import check_output
+
+from codegen.families import family
+from codegen.families.gemm.numerics import Tolerance
+from codegen.hardware import Target
+from codegen.pipeline import Project
+from codegen.targets import torch_dtype
+from codegen.verify import UNSOUND_TOLERANCE, judge
+
+FILES = Project().rendered()
+
+
+def _one_instance_per_family_and_out_dtype():
+    seen = {}
+    for f in FILES:
+        inst = f.instance
+        if inst.target == Target.SM_90:
+            seen.setdefault((family(inst).name, inst.spec_dtypes[-2]), inst)
+    return sorted(seen.items())
+
+
+CASES = _one_instance_per_family_and_out_dtype()
+
+
+@pytest.mark.parametrize(("key", "inst"), CASES, ids=["-".join(key) for key, _ in CASES])
+def test_every_tolerance_accepts_the_correctly_rounded_reference(key, inst):
+    # |ref| from far below the output dtype's smallest subnormal to well inside its normal range, both signs,
+    # with no accumulation error at all (mag 0): only the rounding terms of the bound are left to cover it
+    out_dtype = torch_dtype(inst.spec_dtypes[-2], inst.target)
+    top = min(1e4, torch.finfo(out_dtype).max / 2)
+    mags = torch.logspace(-44, torch.log10(torch.tensor(top)).item(), 20001, dtype=torch.float64).float()
+    ref = torch.cat([mags, -mags, torch.zeros(1)])
+    shape = inst.shapes[0]
+    tol = family(inst).numerics.tolerance(inst, shape, inst.target)
+    bound = tol.bound(ref, torch.zeros_like(ref))
+    err = (ref.to(out_dtype).float() - ref).abs()
+    worst = int(torch.argmax(err - bound))
+    assert bool((err <= bound).all()), (key, float(ref[worst]), float(err[worst]), float(bound[worst]), tol.describe())
+
+
+def _persistent_sm90():
+    return next(f.instance for f in FILES if f.instance.name == "gemm_fp16_nt_persistent"
+                and f.instance.target == Target.SM_90)
+
+
+# The case verify reported as a failure of the persistent grid on the H200: 8576 x 512 x 64 (its two-round shape),
+# wide inputs, seed 0. One C element of the 4.4 million lands in fp16's subnormal range (|C| ~ 1.9e-6), where
+# rounding is absolute (up to 2^-25), so a bound relative to |ref| rejected the correctly rounded answer.
+PERSISTENT_CASE = {"shape": (8576, 512, 64), "kind": "wide", "seed": 0}
+
+
+def test_the_correctly_rounded_output_of_the_persistent_two_round_case_verifies():
+    status, cmp, controls = check_output(_persistent_sm90(), PERSISTENT_CASE["shape"], lambda case, ref: ref,
+                                         kind=PERSISTENT_CASE["kind"], seed=PERSISTENT_CASE["seed"])
+    assert status == "verified", (cmp, controls)
+    assert cmp.rounded_reference_rejected == 0
+    assert controls["last_round_unwritten"] == "rejected"
+
+
+def test_a_tolerance_without_the_subnormal_term_is_reported_as_unsound_not_as_a_kernel_failure():
+    # negative control of the positive control: the bound as it was before eta_out (relative only) must be caught
+    inst = _persistent_sm90()
+    fam = family(inst).numerics
+    shape = PERSISTENT_CASE["shape"]
+    case = fam.make_inputs(inst, shape, seed=PERSISTENT_CASE["seed"], kind=PERSISTENT_CASE["kind"], device="cpu",
+                           run_target=inst.target)
+    ref, mag = fam.reference(inst, case)
+    tol = fam.tolerance(inst, shape, inst.target)
+    assert isinstance(tol, Tolerance)
+    relative_only = replace(tol, eta_out=0.0)
+    out = ref.to(torch_dtype(inst.spec_dtypes[-2], inst.target))
+    status, cmp, _ = judge(out, ref, mag, relative_only, fam.controls(inst, case, ref))
+    assert status == "error"
+    assert cmp.rounded_reference_rejected >= 1
+    assert "correctly rounded reference" in UNSOUND_TOLERANCE.format(n=cmp.rounded_reference_rejected)
