@@ -40,7 +40,11 @@ class Want:
     params: tuple[tuple[str, object], ...]
 
     def describe(self) -> str:
-        return " ".join([self.op, *(f"{k}={v}" for k, v in self.params)])
+        return f"{self.op} {self.params_text()}"
+
+    def params_text(self) -> str:
+        """The parameters as `name=value` words (floats with fp32's 7 significant digits)."""
+        return " ".join(f"{k}={v:.7g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -257,7 +257,7 @@ class Ops:
 
 
 def _params(want: Want) -> str:
-    return " ".join(f"{k}={v}" for k, v in want.params)
+    return want.params_text()
 
 
 def _scale(scale):
