@@ -20,7 +20,7 @@ from codegen.columns import Column, markdown_table
 from codegen.hardware import Target
 from codegen.ops import library
 from codegen.ops.adapters import ADAPTERS, Ctx, Want, mask_name
-from codegen.ops.cache import CacheEvent, OpsCache, local_environment, precompile
+from codegen.ops.cache import CacheEvent, OpsCache, PrecompileReport, local_environment, precompile
 from codegen.ops.dispatch import Candidate, Route, catalog, resolve
 from codegen.ops.errors import FallbackWarning, NoKernelError, OpsError, OpsInputError
 from codegen.render import RenderedFile
@@ -33,7 +33,7 @@ class Backend(Protocol):
 
     def get(self, rendered: RenderedFile, compile_shape: tuple) -> tuple[object, CacheEvent]: ...
 
-    def precompile(self, jobs: list[tuple[RenderedFile, tuple]], workers: int) -> dict[tuple[str, tuple], str]: ...
+    def precompile(self, jobs: list[tuple[RenderedFile, tuple]], workers: int) -> PrecompileReport: ...
 
 
 class TileLangBackend:
@@ -49,7 +49,7 @@ class TileLangBackend:
     def get(self, rendered: RenderedFile, compile_shape: tuple) -> tuple[object, CacheEvent]:
         return self.cache.get(rendered, compile_shape, self.environment, self.target)
 
-    def precompile(self, jobs, workers: int) -> dict[tuple[str, tuple], str]:
+    def precompile(self, jobs, workers: int) -> PrecompileReport:
         return precompile(self.cache, jobs, self.environment, self.target, workers=workers)
 
 
@@ -194,10 +194,10 @@ class Ops:
         """The kernels the ops can call, by what they serve."""
         return {w: list(c) for w, c in self._catalog.items()}
 
-    def precompile(self, *, workers: int | None = None) -> dict[tuple[str, tuple], str]:
+    def precompile(self, *, workers: int | None = None) -> PrecompileReport:
         """Compile, in parallel worker processes, every kernel at every compile shape a route can name (each
         spec's and lockfile entry's shapes; a dynamic-M kernel once per (N, K)) that the project's cache does not
-        hold yet; {(uri, shape): error} of those that failed. Later first calls load from the cache."""
+        hold yet (the report's errors: those that failed). Later first calls load from the cache."""
         import os
 
         jobs = []

@@ -178,23 +178,40 @@ def _precompile_task(task: tuple) -> tuple[str, tuple, float, str]:
     return rendered.uri, tuple(shape), time.perf_counter() - t0, ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class PrecompileReport:
+    kernels: int  # distinct (configuration, compile shape)
+    cached: int  # of them, already complete in the cache
+    errors: dict[tuple[str, tuple], str]  # (uri, compile shape) -> the compile error
+    seconds: float
+
+
 def precompile(cache: OpsCache, jobs: list[tuple[RenderedFile, tuple]], environment: Mapping[str, object],
-               target: Target, *, workers: int) -> dict[tuple[str, tuple], str]:
+               target: Target, *, workers: int) -> PrecompileReport:
     """Compile every (kernel, compile shape) of `jobs` whose entry is not complete, `workers` at a time in worker
-    processes (codegen.workers.WorkerPool, as `tilegen verify` compiles); {(uri, shape): error} of those that
-    failed. The processes that call the kernels then load them from their entries."""
+    processes (codegen.workers.WorkerPool, as `tilegen verify` compiles); the processes that call the kernels
+    then load them from their entries."""
     from codegen.workers import WorkerPool, set_tilelang_log_level, tilelang_log_level
 
+    t0 = time.perf_counter()
     unique = {(r.uri, tuple(s)): (r, tuple(s)) for r, s in jobs}
     todo = [(r, s) for r, s in unique.values() if not cache.is_complete(cache.key(r, s, environment))]
     errors: dict[tuple[str, tuple], str] = {}
-    if not todo:
-        return errors
-    tasks = [(str(cache.root), r, s, dict(environment), target) for r, s in todo]
-    with WorkerPool(max(1, min(workers, len(tasks))), initializer=set_tilelang_log_level,
-                    initargs=(tilelang_log_level(),)) as pool:
-        for i, outcome in pool.imap_unordered(_precompile_task, tasks):
-            error = outcome.value[3] if outcome.ok else outcome.error
-            if error:
-                errors[(todo[i][0].uri, todo[i][1])] = error
-    return errors
+    if todo:
+        tasks = [(str(cache.root), r, s, dict(environment), target) for r, s in todo]
+        with WorkerPool(max(1, min(workers, len(tasks))), initializer=set_tilelang_log_level,
+                        initargs=(tilelang_log_level(),)) as pool:
+            for i, outcome in pool.imap_unordered(_precompile_task, tasks):
+                error = outcome.value[3] if outcome.ok else outcome.error
+                if error:
+                    errors[(todo[i][0].uri, todo[i][1])] = error
+    return PrecompileReport(kernels=len(unique), cached=len(unique) - len(todo), errors=errors,
+                            seconds=time.perf_counter() - t0)
+
+
+def compile_seconds(cache: OpsCache, key: str) -> float | None:
+    """How long the compile that made entry `key` took (its entry.json), None if it is not complete."""
+    try:
+        return float(json.loads((cache.entry(key) / ENTRY_FILE).read_text(encoding="utf-8"))["compile_seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

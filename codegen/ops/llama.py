@@ -207,3 +207,15 @@ def cache_kwarg(layer: nn.Module) -> str:
         if name in params:
             return name
     raise OpsError(f"{type(layer).__name__}.forward takes none of {', '.join(CACHE_KWARGS)}")
+
+
+def call_layer(layer: nn.Module, hidden_states, position_embeddings, cache=None):
+    """`layer(hidden_states, ...)` as its transformers version takes it (the cache under its own keyword, no
+    attention mask: causal over the call's tokens, or every cached key for one new token); the hidden states out
+    (older layers return them in a tuple)."""
+    kwargs = {"position_embeddings": position_embeddings, "attention_mask": None}
+    if cache is not None:
+        kwargs[cache_kwarg(layer)] = cache
+        kwargs["use_cache"] = True
+    out = layer(hidden_states, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
