@@ -463,3 +463,21 @@ def test_ops_make_each_kernel_ready_once(ops):
     for _ in range(3):
         ops.rmsnorm(x, w, 1e-5)
     assert len(ops.cache_events()) == 1 and len(ops.backend.compiled) == 1
+
+
+class FailingKernels(TorchKernels):
+    def get(self, rendered, compile_shape):
+        if rendered.instance.op == "rmsnorm":
+            raise RuntimeError("nvcc failed\nerror: ptxas ran out of registers")
+        return super().get(rendered, compile_shape)
+
+
+def test_a_kernel_that_fails_to_compile_falls_back_and_says_why(project):
+    ops = _load(project, backend=FailingKernels())
+    x, w = bf16(8, 256), bf16(256)
+    with pytest.warns(FallbackWarning, match="failed to compile: RuntimeError: error: ptxas ran out of registers"):
+        torch.testing.assert_close(ops.rmsnorm(x, w, 1e-5), ADAPTERS["rmsnorm"].fallback(_row(x, w, None, 1e-5)))
+    ops.rmsnorm(x, w, 1e-5)
+    assert [(s.route, s.calls) for s in ops.stats()] == [("fallback", 2)]
+    with pytest.raises(NoKernelError, match="failed to compile"):
+        _load(project, backend=FailingKernels(), strict=True).rmsnorm(x, w, 1e-5)

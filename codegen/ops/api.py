@@ -100,6 +100,7 @@ class Ops:
         self._events: list[CacheEvent] = []
         self._calls: Counter = Counter()
         self._warned: set[tuple[Want, tuple]] = set()
+        self._failed: dict[tuple[str, tuple], str] = {}  # (uri, compile shape) -> why its compile failed
         self.handle = library.register(self)
 
     # ---- the ops ---------------------------------------------------------------------------------------------
@@ -224,11 +225,16 @@ class Ops:
         adapter = self._adapter(op)
         want, shape = adapter.call(self._ctx, args)
         route = self._route(want, tuple(int(d) for d in shape))
+        kernel = None
+        if route.rendered is not None:
+            kernel = self._kernel(route)
+            if kernel is None:  # its compile failed: the route is now a fallback that says so
+                route = self._routes[(want, route.shape)]
         self._calls[(op, _params(want), route.shape, route.route, route.kernel, route.spec, route.detail)] += 1
-        if route.rendered is None:
-            self._fell_back(op, route)
-            return adapter.fallback(args)
-        return adapter.run(self._kernel(route), route.rendered.instance, args, route.shape, route.run_shape)
+        if kernel is not None:
+            return adapter.run(kernel, route.rendered.instance, args, route.shape, route.run_shape)
+        self._fell_back(op, route)
+        return adapter.fallback(args)
 
     def fake_op(self, op: str, args):
         adapter = self._adapter(op)
@@ -245,15 +251,37 @@ class Ops:
             self._warned.add(key)
             warnings.warn(message, FallbackWarning, stacklevel=4)
 
+    @staticmethod
+    def _compile_shape(route: Route) -> tuple:
+        return tuple(route.rendered.instance.compile_shape(route.run_shape))
+
+    def _failed_route(self, route: Route) -> Route:
+        why = self._failed[(route.rendered.uri, self._compile_shape(route))]
+        return Route(route="fallback", want=route.want, shape=route.shape, spec=route.spec,
+                     detail=f"its kernel {route.rendered.uri} ({route.route}) failed to compile: {why}")
+
     def _kernel(self, route: Route):
-        inst = route.rendered.instance
-        key = (route.rendered.uri, tuple(inst.compile_shape(route.run_shape)))
+        """The compiled kernel of the route (made ready once); None, with the route replaced by a fallback that
+        names the compile error, when its compile failed (strict mode: NoKernelError)."""
+        key = (route.rendered.uri, self._compile_shape(route))
         kernel = self._kernels.get(key)
-        if kernel is None:
-            kernel, event = self.backend.get(route.rendered, key[1])
-            self._events.append(event)
-            self._kernels[key] = kernel
-        return kernel
+        if kernel is not None:
+            return kernel
+        if key not in self._failed:
+            try:
+                kernel, event = self.backend.get(route.rendered, key[1])
+            except Exception as exc:  # noqa: BLE001 - becomes the route's stated reason, never a silent fallback
+                text = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+                self._failed[key] = f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]
+            else:
+                self._events.append(event)
+                self._kernels[key] = kernel
+                return kernel
+        failed = self._failed_route(route)
+        if self.strict:
+            raise NoKernelError(f"tilegen: {failed.detail} (strict mode)")
+        self._routes[(route.want, route.shape)] = failed
+        return None
 
 
 def _params(want: Want) -> str:

@@ -202,6 +202,7 @@ def patch_llama_layer(layer: nn.Module, ops) -> nn.Module:
 
 def cache_kwarg(layer: nn.Module) -> str:
     """The name under which `layer`'s forward takes its cache (`cache`, `past_key_values` or `past_key_value`)."""
+    layer = getattr(layer, "_orig_mod", layer)  # a torch.compile'd module: the module it wraps
     params = inspect.signature(type(layer).forward).parameters
     for name in CACHE_KWARGS:
         if name in params:
