@@ -89,6 +89,10 @@ DECODE = Workload(phase="decode", batch=16, tokens=1, cache=4096)
 U_BF16 = 2.0**-8
 Z = 6.0
 S_ATTN, S_MLP = 6, 6
+SMOKE_MODEL = Model(hidden=512, heads=4, kv_heads=2, head_dim=128, mlp=1024)
+SMOKE_WORKLOADS = (Workload(phase="prefill", batch=1, tokens=128, cache=0),
+                   Workload(phase="decode", batch=2, tokens=1, cache=256))
+DEVICE = "cuda"  # "cpu" in a --smoke run
 DROPPED_K = 64  # the negative control's dropped K columns of down_proj: one K tile of the prefill GEMM (block_k 64)
 
 
@@ -242,9 +246,16 @@ CONTROLS = {"rope_wrong_way": lambda ops, model: WrongWayRope(ops),
 
 def time_ms(fn, iters: int, warmup: int = 3) -> Timing:
     """Per-call times of back-to-back calls (CUDA events): what the GPU waits for the host shows, as a user's loop
-    sees it."""
+    sees it. (On the CPU of a --smoke run: wall-clock.)"""
     for _ in range(warmup):
         fn()
+    if DEVICE == "cpu":
+        times = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return Timing.of(times)
     torch.cuda.synchronize()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for start, end in pairs:
@@ -257,6 +268,8 @@ def time_ms(fn, iters: int, warmup: int = 3) -> Timing:
 
 def cuda_graph(fn):
     """fn captured as a CUDA graph (warmed up on a side stream first); its replay."""
+    if DEVICE == "cpu":
+        raise RuntimeError("no CUDA graphs on the CPU")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -276,13 +289,13 @@ def first_calls(out_path: str, phases: list[str], seed: int) -> int:
     t0 = time.perf_counter()
     ops = tilegen.load(HERE)
     loaded = time.perf_counter() - t0
-    layer, rotary = build_layer(LLAMA3_8B, seed=seed, device="cuda")
+    layer, rotary = build_layer(LLAMA3_8B, seed=seed, device=DEVICE)
     ours = patch_llama_layer(layer, ops)
     doc = {"load_s": loaded, "phases": {}}
     for w in (PREFILL, DECODE):
         if w.phase not in phases:
             continue
-        inputs = make_inputs(LLAMA3_8B, w, rotary, seed=seed, device="cuda")
+        inputs = make_inputs(LLAMA3_8B, w, rotary, seed=seed, device=DEVICE)
         cache = make_cache(LLAMA3_8B, w, inputs, "bshd", torch.bfloat16)
         torch.cuda.synchronize()
         t = time.perf_counter()
@@ -325,17 +338,23 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reports", default=str(HERE / "reports"), help="where the JSON and Markdown go")
     ap.add_argument("--first-calls", metavar="JSON", help=argparse.SUPPRESS)  # the fresh process of step 5
+    # this script's own code at small sizes on the CPU, with the ops tilegen.load gives there (tests: kernels that
+    # compute with torch); nothing it prints is a measurement
+    ap.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    if not torch.cuda.is_available():
+    global DEVICE
+    DEVICE = "cpu" if args.smoke else "cuda"
+    if not args.smoke and not torch.cuda.is_available():
         print(f"run.py needs a GPU: torch {torch.__version__} sees none", file=sys.stderr)
         return 2
     if args.first_calls:
         return first_calls(args.first_calls, phases, args.seed)
-    workloads = [w for w in (PREFILL, DECODE) if w.phase in phases]
-    model = LLAMA3_8B
+    model, workloads = (SMOKE_MODEL, SMOKE_WORKLOADS) if args.smoke else (LLAMA3_8B, (PREFILL, DECODE))
+    workloads = [w for w in workloads if w.phase in phases]
     report: dict = {"command": "python3 examples/llama_layer/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                    "device": torch.cuda.get_device_name(), **versions(), "model": asdict(model),
+                    "device": "cpu (smoke run)" if args.smoke else torch.cuda.get_device_name(), **versions(),
+                    "model": asdict(model),
                     "workloads": [asdict(w) for w in workloads]}
     print(f"device {report['device']}, torch {report['torch']}, transformers {report['transformers']}, "
           f"tilelang {report['tilelang']}")
@@ -352,11 +371,11 @@ def main(argv=None) -> int:
         print(f"  compile failed: {uri} {shape}: {error}")
 
     # 2. correctness
-    layer, rotary = build_layer(model, seed=args.seed, device="cuda")
+    layer, rotary = build_layer(model, seed=args.seed, device=DEVICE)
     ours = patch_llama_layer(copy.deepcopy(layer), ops)
     ref_layer = copy.deepcopy(layer).float()
     broken = {name: patch_llama_layer(copy.deepcopy(layer), make(ops, model)) for name, make in CONTROLS.items()}
-    inputs = {w.phase: make_inputs(model, w, rotary, seed=args.seed, device="cuda") for w in workloads}
+    inputs = {w.phase: make_inputs(model, w, rotary, seed=args.seed, device=DEVICE) for w in workloads}
     checks, ok = [], True
     ops.reset_stats()
     with warnings.catch_warnings(record=True) as caught:
@@ -396,14 +415,14 @@ def main(argv=None) -> int:
     from codegen.families.gemm.numerics import Tolerance as GemmTolerance
     from codegen.families.gemm.numerics import full_fp32
 
-    g = torch.Generator(device="cuda").manual_seed(args.seed + 2)
+    g = torch.Generator(device=DEVICE).manual_seed(args.seed + 2)
     dispatch = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", tilegen.FallbackWarning)
-        for label, m, weight in (("q_proj at 100 tokens", 100, layer.self_attn.q_proj.weight),
+        for label, m, weight in (("q_proj at 300 tokens", 300, layer.self_attn.q_proj.weight),
                                  ("gate_proj at 8 tokens", 8, layer.mlp.gate_proj.weight),
                                  ("gate_proj at 100 tokens", 100, layer.mlp.gate_proj.weight)):
-            x = torch.randn(m, model.hidden, generator=g, device="cuda").to(torch.bfloat16)
+            x = torch.randn(m, model.hidden, generator=g, device=DEVICE).to(torch.bfloat16)
             with torch.no_grad():
                 y = ops.linear(x, weight)
             with full_fp32():
@@ -438,9 +457,12 @@ def main(argv=None) -> int:
 
             modes = [("eager", call)]
             if not args.no_compile:
-                with torch.no_grad():
-                    explained = torch._dynamo.explain(module)(inp.x, **layer_kwargs(module, inp, cache))
-                graph_breaks[f"{w.phase} {who}"] = explained.graph_break_count
+                try:
+                    with torch.no_grad():
+                        explained = torch._dynamo.explain(module)(inp.x, **layer_kwargs(module, inp, cache))
+                    graph_breaks[f"{w.phase} {who}"] = explained.graph_break_count
+                except Exception as exc:  # noqa: BLE001 - reported, the timing goes on
+                    graph_breaks[f"{w.phase} {who}"] = f"explain failed: {type(exc).__name__}: {exc}"[:300]
                 torch._dynamo.reset()
                 compiled = torch.compile(module, dynamic=False)
                 modes.append(("torch.compile", lambda c=compiled, cache=cache, inp=inp: _call_no_grad(c, inp, cache)))
@@ -471,27 +493,32 @@ def main(argv=None) -> int:
     if graph_breaks:
         print("torch.compile graph breaks: " + ", ".join(f"{k} {v}" for k, v in graph_breaks.items()))
 
+    # 4b. each GEMM of the layer through dispatch against cuBLAS (F.linear), at the layer's shapes
+    gemms = []
+    for w in workloads:
+        for r in report["routes"][w.phase]:
+            if r["op"] != "gemm":
+                continue
+            m, n, k = r["shape"]
+            x = torch.randn(m, k, generator=g, device=DEVICE).to(torch.bfloat16)
+            weight = (0.02 * torch.randn(n, k, generator=g, device=DEVICE)).to(torch.bfloat16)
+            with torch.no_grad():
+                ours_t = time_ms(lambda x=x, weight=weight: ops.linear(x, weight), 100)
+                cublas_t = time_ms(lambda x=x, weight=weight: torch.nn.functional.linear(x, weight), 100)
+            gemms.append({"phase": w.phase, "shape": [m, n, k], "calls_in_layer": r["calls"], "route": r["route"],
+                          "kernel": r["kernel"], "tilegen_ms": ours_t.median_ms, "cublas_ms": cublas_t.median_ms,
+                          "vs_cublas": cublas_t.median_ms / ours_t.median_ms})
+    report["gemms"] = gemms
+    gemm_table = ["| phase | m x n x k | calls | route | kernel | tilegen ms | cuBLAS ms | vs cuBLAS |",
+                  "|---|---|---|---|---|---|---|---|"]
+    gemm_table += [f"| {r['phase']} | {'x'.join(map(str, r['shape']))} | {r['calls_in_layer']} | {r['route']} | "
+                   f"{r['kernel']} | {r['tilegen_ms']:.4f} | {r['cublas_ms']:.4f} | {r['vs_cublas']:.3f}x |" for r in gemms]
+    print("\nthe layer's GEMMs through dispatch, back-to-back calls:\n" + "\n".join(gemm_table))
+    table += ["", "The layer's GEMMs through dispatch (back-to-back calls, median):", "", *gemm_table]
+
     # 5. a fresh process: the first calls load the kernels from the cache
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "first.json"
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--first-calls", str(out),
-                               "--phases", ",".join(phases), "--seed", str(args.seed)],
-                              capture_output=True, text=True, timeout=600, check=False)
-        if proc.returncode == 0 and out.is_file():
-            first = json.loads(out.read_text(encoding="utf-8"))
-            loads = first["kernels"]
-            first["all_from_cache"] = all(k["hit"] for k in loads)
-            first["slowest_load_s"] = max((k["seconds"] for k in loads), default=0.0)
-            cold = _compile_seconds(ops, loads)
-            first["cold_compile_s"] = cold
-            report["first_calls"] = first
-            print(f"\nfresh process: {len(loads)} kernels, all loaded from the cache: {first['all_from_cache']}; "
-                  f"slowest load {first['slowest_load_s']:.2f} s; first call "
-                  + ", ".join(f"{p} {s:.2f} s" for p, s in first["phases"].items())
-                  + f"; their cold compiles took {min(cold.values(), default=0):.1f}-{max(cold.values(), default=0):.1f} s each")
-        else:
-            report["first_calls"] = {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
-            print(f"\nfresh process failed: {report['first_calls']['error']}")
+    if not args.smoke:
+        report["first_calls"] = fresh_process(ops, phases, args.seed)
 
     report["passed"] = bool(ok)
     _write(report, table, Path(args.reports))
@@ -507,6 +534,29 @@ def layer_kwargs(module, inp: Inputs, cache) -> dict:
     if cache is not None:
         kwargs |= {cache_kwarg(module): cache, "use_cache": True}
     return kwargs
+
+
+def fresh_process(ops, phases: list[str], seed: int) -> dict:
+    """This script's --first-calls in a new process: what its first calls took, and whether every kernel came
+    from the cache; beside it each kernel's cold compile time (from its cache entry)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "first.json"
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--first-calls", str(out),
+                               "--phases", ",".join(phases), "--seed", str(seed)],
+                              capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0 or not out.is_file():
+            first = {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+            print(f"\nfresh process failed: {first['error']}")
+            return first
+        first = json.loads(out.read_text(encoding="utf-8"))
+    loads = first["kernels"]
+    first["all_from_cache"] = all(k["hit"] for k in loads)
+    first["slowest_load_s"] = max((k["seconds"] for k in loads), default=0.0)
+    cold = first["cold_compile_s"] = _compile_seconds(ops, loads)
+    print(f"\nfresh process: {len(loads)} kernels, all loaded from the cache: {first['all_from_cache']}; slowest load "
+          f"{first['slowest_load_s']:.2f} s; first call " + ", ".join(f"{p} {t:.2f} s" for p, t in first["phases"].items())
+          + f"; their cold compiles took {min(cold.values(), default=0):.1f}-{max(cold.values(), default=0):.1f} s each")
+    return first
 
 
 def _call_no_grad(module, inp: Inputs, cache):
