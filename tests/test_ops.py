@@ -305,10 +305,10 @@ def test_a_kernel_called_at_the_wrong_shape_is_caught_by_the_fakes(ops):
     """The fakes are able to fail: a bucket route whose A is not padded to the kernel's M."""
     want, shape = ADAPTERS["gemm"].call(ops._ctx, GemmArgs(bf16(8, 128), bf16(256, 128), "nt", torch.bfloat16, ""))
     route = ops._route(want, shape)
-    kernel = ops._kernel(route)
+    kernel, prepared = ops._kernel(route), ADAPTERS["gemm"].prepare(route.rendered.instance, shape, shape)
     with pytest.raises(KernelCallError, match="called at"):
-        ADAPTERS["gemm"].run(kernel, route.rendered.instance, GemmArgs(bf16(8, 128), bf16(256, 128), "nt",
-                                                                        torch.bfloat16, ""), shape, shape)
+        ADAPTERS["gemm"].run(kernel, prepared, GemmArgs(bf16(8, 128), bf16(256, 128), "nt", torch.bfloat16, ""),
+                             shape, shape)
 
 
 # ---- input checks ------------------------------------------------------------------------------------------------
@@ -481,3 +481,15 @@ def test_a_kernel_that_fails_to_compile_falls_back_and_says_why(project):
     assert [(s.route, s.calls) for s in ops.stats()] == [("fallback", 2)]
     with pytest.raises(NoKernelError, match="failed to compile"):
         _load(project, backend=FailingKernels(), strict=True).rmsnorm(x, w, 1e-5)
+
+
+def test_plain_eager_calls_skip_the_dispatcher_and_autograd_gets_the_custom_op(ops):
+    x, w = bf16(8, 256), bf16(256)
+    torch.testing.assert_close(ops.rmsnorm(x, w, 1e-5), torch.ops.tilegen.rmsnorm(x, w, 1e-5, ops.handle))
+    w.requires_grad_(True)
+    y = ops.rmsnorm(x, w, 1e-5)  # autograd must see it: the custom op, which has no backward
+    assert y.requires_grad
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        y.float().sum().backward()
+    with torch.no_grad():
+        assert not ops.rmsnorm(x, w, 1e-5).requires_grad

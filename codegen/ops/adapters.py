@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import ClassVar
 
+import torch
+
 from codegen.hardware import DType, Target
 from codegen.ops.errors import OpsInputError
 from codegen.targets import TARGETS, torch_dtype
@@ -76,8 +78,6 @@ def check_tensor(ctx: Ctx, op: str, name: str, t, *, ndim: int | None = None, dt
     """One input: a tensor on the kernels' device (and on `like`'s device), of `ndim` dimensions and `dtype`,
     contiguous (the kernels read row-major storage; a strided view is refused, never copied behind the caller's
     back)."""
-    import torch
-
     if not isinstance(t, torch.Tensor):
         raise OpsInputError(f"tilegen.{op}: {name} must be a torch.Tensor, not {type(t).__name__}")
     if t.device.type != ctx.device_type:
@@ -93,15 +93,30 @@ def check_tensor(ctx: Ctx, op: str, name: str, t, *, ndim: int | None = None, dt
                             " pass .contiguous(); the kernels read row-major storage")
 
 
-def _require(cond: bool, op: str, message: str) -> None:
+def _require(cond: bool, op: str, message) -> None:
+    """`message`: a function giving the text (formatted only when the check fails: calls are hot)."""
     if not cond:
-        raise OpsInputError(f"tilegen.{op}: {message}")
+        raise OpsInputError(f"tilegen.{op}: {message()}")
 
 
 def _empty(shape, dtype, device):
-    import torch
+    return torch.empty(shape, dtype=dtype, device=device)
 
-    return torch.empty(tuple(shape), dtype=dtype, device=device)
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """What launching one kernel at one shape needs, worked out once (the first call of a route): the family's
+    launch (its numerics', as verify and bench launch), the output's shape and the workspaces' (shape, dtype)."""
+
+    inst: object
+    launch: object  # (kernel, case, out) -> None
+    out_shape: tuple
+    workspaces: tuple = ()
+
+    def alloc_workspaces(self, device) -> tuple:
+        """Fresh workspaces from torch's allocator (each kernel writes every element it reads: verify's NaN-filled
+        workspaces prove it)."""
+        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.workspaces)
 
 
 class Adapter:
@@ -117,8 +132,19 @@ class Adapter:
         """Check the inputs; the Want and the family shape of the call."""
         raise NotImplementedError
 
-    def run(self, kernel, inst, args, shape: tuple, run_shape: tuple):
-        """Launch `kernel` (inst's, compiled for run_shape) on the call; its output."""
+    def prepare(self, inst, shape: tuple, run_shape: tuple) -> Prepared:
+        """The launch of `inst`'s kernel for calls of `shape` (run at run_shape)."""
+        from codegen.families import family
+
+        numerics = family(inst).numerics
+        return Prepared(inst=inst, launch=numerics.launch, out_shape=tuple(numerics.out_shape(inst, run_shape)),
+                        workspaces=self.workspaces(inst, run_shape))
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return ()
+
+    def run(self, kernel, prep: Prepared, args, shape: tuple, run_shape: tuple):
+        """Launch `kernel` (compiled for run_shape) on the call; its output."""
         raise NotImplementedError
 
     def fallback(self, args):
@@ -127,18 +153,6 @@ class Adapter:
     def fake(self, args):
         """An empty output of the call's shape, dtype and device (no kernel runs)."""
         raise NotImplementedError
-
-
-def _launch(inst, kernel, case, out) -> None:
-    from codegen.families import family
-
-    family(inst).numerics.launch(kernel, case, out)
-
-
-def _out_shape(inst, shape):
-    from codegen.families import family
-
-    return family(inst).numerics.out_shape(inst, shape)
 
 
 # ---- GEMM: C[M, N] = op(A) @ op(B) ---------------------------------------------------------------------------
@@ -176,37 +190,38 @@ class GemmAdapter(Adapter):
 
     def call(self, ctx: Ctx, args: GemmArgs) -> tuple[Want, tuple]:
         op = "gemm"
-        _require(args.layout in LAYOUTS, op, f"layout {args.layout!r} is not one of {', '.join(LAYOUTS)}")
+        _require(args.layout in LAYOUTS, op, lambda: f"layout {args.layout!r} is not one of {', '.join(LAYOUTS)}")
         check_tensor(ctx, op, "a", args.a, ndim=2)
         check_tensor(ctx, op, "b", args.b, ndim=2, dtype=args.a.dtype, like=args.a)
         m, n, ka, kb = gemm_mnk(args.layout, args.a, args.b)
-        _require(ka == kb, op, f"a ({_shape(args.a)}) and b ({_shape(args.b)}) do not agree on K for layout "
+        _require(ka == kb, op, lambda: f"a ({_shape(args.a)}) and b ({_shape(args.b)}) do not agree on K for layout "
                                f"{args.layout} ({ka} vs {kb})")
         a_name = ctx.dtype_name(op, "a", args.a.dtype)
         out_name = ctx.dtype_name(op, "out_dtype", args.out_dtype)
         fp32 = a_name == DType.FP32.value
         if fp32:
-            _require(args.precision in PRECISIONS, op, f"precision {args.precision!r} is not one of "
+            _require(args.precision in PRECISIONS, op, lambda: f"precision {args.precision!r} is not one of "
                                                        f"{', '.join(PRECISIONS)} (fp32 inputs)")
         else:
-            _require(args.precision in ("", "ieee"), op, "precision applies to fp32 inputs only")
+            _require(args.precision in ("", "ieee"), op, lambda: "precision applies to fp32 inputs only")
         return self._want(args.layout, a_name, a_name, out_name, args.precision if fp32 else ""), (m, n, ka)
 
-    def run(self, kernel, inst, args: GemmArgs, shape, run_shape):
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        dtype = torch_dtype(inst.workspace_dtype(), inst.target)
+        return tuple((tuple(s), dtype) for s in inst.workspace_shapes(run_shape))
+
+    def run(self, kernel, prep: Prepared, args: GemmArgs, shape, run_shape):
         from codegen.families.gemm.numerics import GemmCase
 
-        m, rm = shape[0], run_shape[0]
+        inst, m, rm = prep.inst, shape[0], run_shape[0]
         a = args.a if rm == m else _pad_m(args.a, rm, inst.trans_a)
-        ws_dtype = torch_dtype(inst.workspace_dtype(), inst.target)
-        workspace = tuple(_empty(s, ws_dtype, a.device) for s in inst.workspace_shapes(run_shape))
-        case = GemmCase(A=a, B=args.b, trans_a=inst.trans_a, trans_b=inst.trans_b, workspace=workspace)
-        out = _empty(_out_shape(inst, run_shape), args.out_dtype, a.device)
-        _launch(inst, kernel, case, out)
+        case = GemmCase(A=a, B=args.b, trans_a=inst.trans_a, trans_b=inst.trans_b,
+                        workspace=prep.alloc_workspaces(a.device))
+        out = _empty(prep.out_shape, args.out_dtype, a.device)
+        prep.launch(kernel, case, out)
         return out if rm == m else out[:m]
 
     def fallback(self, args: GemmArgs):
-        import torch
-
         from codegen.families.gemm.numerics import full_fp32
 
         ta, tb = LAYOUTS[args.layout]
@@ -246,6 +261,17 @@ class RowArgs:
     eps: float = 0.0
 
 
+def _row_workspaces(inst, shape: tuple) -> tuple:
+    """A split row kernel's fp32 partials (codegen.families.rows.RowInstance.workspace_shape), or none."""
+    ws = inst.workspace_shape(tuple(shape))
+    return () if ws is None else ((tuple(ws), torch.float32),)
+
+
+def _as_rows(x, shape):
+    """x as the kernel's [rows, cols] (a view; x itself when it is that already)."""
+    return x if x.dim() == 2 else x.view(shape)
+
+
 def _rows(x) -> tuple[int, int]:
     cols = x.shape[-1]
     return (x.numel() // cols if cols else 0), cols
@@ -260,21 +286,23 @@ class SoftmaxAdapter(Adapter):
 
     def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:
         check_tensor(ctx, "softmax", "x", args.x)
-        _require(args.x.dim() >= 1, "softmax", "x must have at least one dimension")
+        _require(args.x.dim() >= 1, "softmax", lambda: "x must have at least one dimension")
         d = ctx.dtype_name("softmax", "x", args.x.dtype)
         return Want("softmax", (("dtypes", f"{d}/{d}"),)), _rows(args.x)
 
-    def run(self, kernel, inst, args: RowArgs, shape, run_shape):
-        from codegen.families.rows import RowCase, row_workspace
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return _row_workspaces(inst, run_shape)
 
-        x = args.x.view(shape)
-        out = _empty(_out_shape(inst, shape), args.x.dtype, x.device)
-        _launch(inst, kernel, RowCase(X=x, WS=row_workspace(inst, shape, x.device)), out)
-        return out.view(args.x.shape)
+    def run(self, kernel, prep: Prepared, args: RowArgs, shape, run_shape):
+        from codegen.families.rows import RowCase
+
+        x = _as_rows(args.x, shape)
+        out = _empty(prep.out_shape, args.x.dtype, x.device)
+        ws = prep.alloc_workspaces(x.device)
+        prep.launch(kernel, RowCase(X=x, WS=ws[0] if ws else None), out)
+        return out if out.dim() == args.x.dim() else out.view(args.x.shape)
 
     def fallback(self, args: RowArgs):
-        import torch
-
         return torch.softmax(args.x, dim=-1, dtype=torch.float32).to(args.x.dtype)
 
     def fake(self, args: RowArgs):
@@ -295,27 +323,30 @@ class NormAdapter(Adapter):
     def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:
         op = self.op
         check_tensor(ctx, op, "x", args.x)
-        _require(args.x.dim() >= 1, op, "x must have at least one dimension")
+        _require(args.x.dim() >= 1, op, lambda: "x must have at least one dimension")
         check_tensor(ctx, op, "weight", args.weight, ndim=1, dtype=args.x.dtype, like=args.x)
         _require(args.weight.shape[0] == args.x.shape[-1], op,
-                 f"weight has {args.weight.shape[0]} elements, x's rows {args.x.shape[-1]}")
+                 lambda: f"weight has {args.weight.shape[0]} elements, x's rows {args.x.shape[-1]}")
         if self.bias:
             check_tensor(ctx, op, "bias", args.bias, ndim=1, dtype=args.x.dtype, like=args.x)
             _require(args.bias.shape[0] == args.x.shape[-1], op,
-                     f"bias has {args.bias.shape[0]} elements, x's rows {args.x.shape[-1]}")
-        _require(math.isfinite(args.eps) and args.eps > 0, op, f"eps must be a positive number, not {args.eps}")
+                     lambda: f"bias has {args.bias.shape[0]} elements, x's rows {args.x.shape[-1]}")
+        _require(math.isfinite(args.eps) and args.eps > 0, op, lambda: f"eps must be a positive number, not {args.eps}")
         d = ctx.dtype_name(op, "x", args.x.dtype)
         return Want(op, (("dtypes", f"{d}/{d}"), ("eps", as_fp32(args.eps)))), _rows(args.x)
 
-    def run(self, kernel, inst, args: RowArgs, shape, run_shape):
-        from codegen.families.norm.numerics import NormCase
-        from codegen.families.rows import row_workspace
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return _row_workspaces(inst, run_shape)
 
-        x = args.x.view(shape)
-        case = NormCase(X=x, W=args.weight, B=args.bias if self.bias else None, WS=row_workspace(inst, shape, x.device))
-        out = _empty(_out_shape(inst, shape), args.x.dtype, x.device)
-        _launch(inst, kernel, case, out)
-        return out.view(args.x.shape)
+    def run(self, kernel, prep: Prepared, args: RowArgs, shape, run_shape):
+        from codegen.families.norm.numerics import NormCase
+
+        x = _as_rows(args.x, shape)
+        ws = prep.alloc_workspaces(x.device)
+        case = NormCase(X=x, W=args.weight, B=args.bias if self.bias else None, WS=ws[0] if ws else None)
+        out = _empty(prep.out_shape, args.x.dtype, x.device)
+        prep.launch(kernel, case, out)
+        return out if out.dim() == args.x.dim() else out.view(args.x.shape)
 
     def fallback(self, args: RowArgs):
         """The kernels' arithmetic: fp32 statistics, x * rstd * w (+ b) in fp32, one rounding to the output."""
@@ -355,8 +386,6 @@ class RopeAdapter(Adapter):
         return Want("rope", (("dtypes", f"{i}/{o}"), ("head_dim", inst.head_dim), ("rotary_dim", inst.rotary_dim)))
 
     def call(self, ctx: Ctx, args: RopeArgs) -> tuple[Want, tuple]:
-        import torch
-
         op = "rope"
         check_tensor(ctx, op, "q", args.q, ndim=3)
         check_tensor(ctx, op, "k", args.k, ndim=3, dtype=args.q.dtype, like=args.q)
@@ -364,27 +393,25 @@ class RopeAdapter(Adapter):
             check_tensor(ctx, op, name, t, ndim=2, dtype=torch.float32, like=args.q)
         t, h, d = args.q.shape
         _require(args.k.shape[0] == t and args.k.shape[2] == d, op,
-                 f"q ({_shape(args.q)}) and k ({_shape(args.k)}) must share tokens and head_dim")
-        _require(tuple(args.sin.shape) == tuple(args.cos.shape), op, f"cos ({_shape(args.cos)}) and sin "
+                 lambda: f"q ({_shape(args.q)}) and k ({_shape(args.k)}) must share tokens and head_dim")
+        _require(tuple(args.sin.shape) == tuple(args.cos.shape), op, lambda: f"cos ({_shape(args.cos)}) and sin "
                                                                      f"({_shape(args.sin)}) differ")
         half = args.cos.shape[1]
         _require(args.cos.shape[0] == t and 0 < 2 * half <= d, op,
-                 f"cos/sin must be [tokens={t}, rotary_dim/2] with rotary_dim <= head_dim={d}, not {_shape(args.cos)}")
+                 lambda: f"cos/sin must be [tokens={t}, rotary_dim/2] with rotary_dim <= head_dim={d}, not {_shape(args.cos)}")
         dt = ctx.dtype_name(op, "q", args.q.dtype)
         want = Want(op, (("dtypes", f"{dt}/{dt}"), ("head_dim", d), ("rotary_dim", 2 * half)))
         return want, (t, h, args.k.shape[1])
 
-    def run(self, kernel, inst, args: RopeArgs, shape, run_shape):
+    def run(self, kernel, prep: Prepared, args: RopeArgs, shape, run_shape):
         from codegen.families.rope.numerics import RopeCase
 
         case = RopeCase(Q=args.q, K=args.k, COS=args.cos, SIN=args.sin, Q32=None, K32=None, positions=None)
-        out = _empty(_out_shape(inst, shape), args.q.dtype, args.q.device)
-        _launch(inst, kernel, case, out)
+        out = _empty(prep.out_shape, args.q.dtype, args.q.device)
+        prep.launch(kernel, case, out)
         return out
 
     def fallback(self, args: RopeArgs):
-        import torch
-
         from codegen.families.rope.numerics import rope32
 
         r = 2 * args.cos.shape[1]
@@ -434,29 +461,29 @@ class AttentionAdapter(Adapter):
         check_tensor(ctx, op, "k", args.k, ndim=4, dtype=args.q.dtype, like=args.q)
         check_tensor(ctx, op, "v", args.v, ndim=4, dtype=args.q.dtype, like=args.q)
         b, sq, h, d = args.q.shape
-        _require(tuple(args.k.shape) == tuple(args.v.shape), op, f"k ({_shape(args.k)}) and v ({_shape(args.v)}) differ")
+        _require(tuple(args.k.shape) == tuple(args.v.shape), op, lambda: f"k ({_shape(args.k)}) and v ({_shape(args.v)}) differ")
         _, skv, kvh, dk = args.k.shape
-        _require(args.k.shape[0] == b and dk == d, op, f"q ({_shape(args.q)}) is [batch, seq_q, heads, head_dim] and "
+        _require(args.k.shape[0] == b and dk == d, op, lambda: f"q ({_shape(args.q)}) is [batch, seq_q, heads, head_dim] and "
                                                        f"k ({_shape(args.k)}) [batch, seq_kv, kv_heads, head_dim]: "
                                                        "batch and head_dim differ")
-        _require(kvh > 0 and h % kvh == 0, op, f"heads={h} is not a multiple of kv_heads={kvh}")
-        _require(args.mask in MASKS, op, f"causal={args.mask!r} is not one of False, True, {', '.join(MASKS[1:])}")
+        _require(kvh > 0 and h % kvh == 0, op, lambda: f"heads={h} is not a multiple of kv_heads={kvh}")
+        _require(args.mask in MASKS, op, lambda: f"causal={args.mask!r} is not one of False, True, {', '.join(MASKS[1:])}")
         _require(args.mask != "bottom_right" or sq <= skv, op,
-                 f"causal bottom_right with seq_q={sq} over seq_kv={skv}: the first queries would see no key")
+                 lambda: f"causal bottom_right with seq_q={sq} over seq_kv={skv}: the first queries would see no key")
         scale = 1.0 / math.sqrt(d) if args.scale is None else args.scale
-        _require(math.isfinite(scale) and scale > 0, op, f"scale must be a positive number, not {scale}")
+        _require(math.isfinite(scale) and scale > 0, op, lambda: f"scale must be a positive number, not {scale}")
         dt = ctx.dtype_name(op, "q", args.q.dtype)
         return self._want(f"{dt}/{dt}", d, args.mask, scale), (b, h, kvh, sq, skv)
 
-    def run(self, kernel, inst, args: AttentionArgs, shape, run_shape):
-        import torch
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return tuple((tuple(s), torch.float32) for s in inst.workspace_shapes(run_shape))
 
+    def run(self, kernel, prep: Prepared, args: AttentionArgs, shape, run_shape):
         from codegen.families.attention.numerics import AttentionCase
 
-        ws = tuple(_empty(s, torch.float32, args.q.device) for s in inst.workspace_shapes(shape))
-        case = AttentionCase(Q=args.q, K=args.k, V=args.v, workspace=ws)
-        out = _empty(_out_shape(inst, shape), args.q.dtype, args.q.device)
-        _launch(inst, kernel, case, out)
+        case = AttentionCase(Q=args.q, K=args.k, V=args.v, workspace=prep.alloc_workspaces(args.q.device))
+        out = _empty(prep.out_shape, args.q.dtype, args.q.device)
+        prep.launch(kernel, case, out)
         return out
 
     def fallback(self, args: AttentionArgs):

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import torch
+
 from codegen.columns import Column, markdown_table
 from codegen.hardware import Target
 from codegen.ops import library
-from codegen.ops.adapters import ADAPTERS, Ctx, Want, mask_name
+from codegen.ops.adapters import ADAPTERS, AttentionArgs, Ctx, GemmArgs, RopeArgs, RowArgs, Want, mask_name
 from codegen.ops.cache import CacheEvent, OpsCache, PrecompileReport, local_environment, precompile
 from codegen.ops.dispatch import Candidate, Route, catalog, resolve
 from codegen.ops.errors import FallbackWarning, NoKernelError, OpsError, OpsInputError
@@ -67,6 +68,18 @@ class StatRow:
     calls: int
 
 
+@dataclass(kw_only=True)
+class _Plan:
+    """What one (op, want, shape) runs: its route, the kernel and its launch (None: the fallback), its calls."""
+
+    op: str
+    route: Route
+    kernel: object = None
+    prepared: object = None  # codegen.ops.adapters.Prepared
+    calls: int = 0
+    warned: bool = False
+
+
 STATS_COLUMNS = (
     Column(header="op", value=lambda r: r.op, csv="op"),
     Column(header="want", value=lambda r: r.want, csv="want"),
@@ -96,10 +109,9 @@ class Ops:
         self._ctx = Ctx(target=target, device_type=backend.device_type)
         self._catalog = catalog(files, target)
         self._routes: dict[tuple[Want, tuple], Route] = {}
+        self._plans: dict[tuple[str, Want, tuple], _Plan] = {}  # what each (op, want, shape) runs, and its count
         self._kernels: dict[tuple[str, tuple], object] = {}
         self._events: list[CacheEvent] = []
-        self._calls: Counter = Counter()
-        self._warned: set[tuple[Want, tuple]] = set()
         self._failed: dict[tuple[str, tuple], str] = {}  # (uri, compile shape) -> why its compile failed
         self.handle = library.register(self)
 
@@ -119,40 +131,41 @@ class Ops:
         """C = op(A) @ op(B), A and B stored as `layout` says (t: transposed: A as K x M, B as N x K; nt is
         nn.Linear's); out_dtype: the output's dtype (default: the inputs'; required for fp8 inputs); precision:
         fp32 inputs only, ieee (default), tf32 or 3xtf32."""
-        import torch
-
         if out_dtype is None:
             if a.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
                 raise OpsInputError("tilegen.gemm: fp8 inputs need out_dtype (the kernels write fp16, bf16 or fp32)")
             out_dtype = a.dtype
         if precision is None:
             precision = "ieee" if a.dtype == torch.float32 else ""
+        if _direct(a, b):
+            return self.run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
         return torch.ops.tilegen.gemm(a, b, layout, out_dtype, precision, self.handle)
 
     def softmax(self, x):
         """softmax over the last dimension, fp32 statistics."""
-        import torch
-
+        if _direct(x):
+            return self.run_op("softmax", RowArgs(x))
         return torch.ops.tilegen.softmax(x, self.handle)
 
     def rmsnorm(self, x, weight, eps: float):
         """x * rsqrt(mean(x^2) + eps) * weight over the last dimension (fp32 arithmetic, one rounding)."""
-        import torch
-
+        if _direct(x, weight):
+            return self.run_op("rmsnorm", RowArgs(x, weight, None, float(eps)))
         return torch.ops.tilegen.rmsnorm(x, weight, float(eps), self.handle)
 
     def layernorm(self, x, weight, bias, eps: float):
         """(x - mean) * rsqrt(var + eps) * weight + bias over the last dimension (biased variance)."""
-        import torch
-
+        if _direct(x, weight, bias):
+            return self.run_op("layernorm", RowArgs(x, weight, bias, float(eps)))
         return torch.ops.tilegen.layernorm(x, weight, bias, float(eps), self.handle)
 
     def rope(self, q, k, cos, sin):
         """Rotary embedding (rotate_half, NeoX/Llama) of q [tokens, heads, head_dim] and k [tokens, kv_heads,
         head_dim] with cos, sin [tokens, rotary_dim/2] in fp32; (q_out, k_out), out of place."""
-        import torch
-
-        out = torch.ops.tilegen.rope(q, k, cos, sin, self.handle)
+        if _direct(q, k, cos, sin):
+            out = self.run_op("rope", RopeArgs(q, k, cos, sin))
+        else:
+            out = torch.ops.tilegen.rope(q, k, cos, sin, self.handle)
         nq = q.shape[0] * q.shape[1]
         return out[:nq].view(q.shape), out[nq:].view(k.shape)
 
@@ -160,26 +173,30 @@ class Ops:
         """softmax(scale * q.k^T [masked]) . v -- q, output [batch, seq_q, heads, head_dim], k, v [batch, seq_kv,
         kv_heads, head_dim] (GQA when heads > kv_heads); causal: False, True / 'top_left' (query i sees keys
         j <= i) or 'bottom_right' (the queries are the last seq_q positions); scale default 1/sqrt(head_dim)."""
-        import torch
-
-        return torch.ops.tilegen.attention(q, k, v, mask_name(causal), _scale(scale), self.handle)
+        mask, scale = mask_name(causal), _scale(scale)
+        if _direct(q, k, v):
+            return self.run_op("attention", AttentionArgs(q, k, v, mask, scale))
+        return torch.ops.tilegen.attention(q, k, v, mask, scale, self.handle)
 
     def attention_decode(self, q, k, v, *, causal=False, scale: float | None = None):
         """attention served by the decode kernels (split KV: a few queries over a long KV cache)."""
-        import torch
-
-        return torch.ops.tilegen.attention_decode(q, k, v, mask_name(causal), _scale(scale), self.handle)
+        mask, scale = mask_name(causal), _scale(scale)
+        if _direct(q, k, v):
+            return self.run_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
+        return torch.ops.tilegen.attention_decode(q, k, v, mask, scale, self.handle)
 
     # ---- observation -----------------------------------------------------------------------------------------
     def stats(self) -> list[StatRow]:
         """Calls so far, per (op, want, shape, route, kernel), sorted. A CUDA graph's replays do not call the
         ops again: they are counted once, when captured."""
-        rows = [StatRow(op=op, want=want, shape=shape, route=r, kernel=kernel, spec=spec, detail=detail, calls=n)
-                for (op, want, shape, r, kernel, spec, detail), n in self._calls.items()]
+        rows = [StatRow(op=p.op, want=p.route.want.params_text(), shape=p.route.shape, route=p.route.route,
+                        kernel=p.route.kernel, spec=p.route.spec, detail=p.route.detail, calls=p.calls)
+                for p in self._plans.values() if p.calls]
         return sorted(rows, key=lambda s: (s.op, s.want, s.shape, s.route, s.kernel))
 
     def reset_stats(self) -> None:
-        self._calls.clear()
+        for plan in self._plans.values():
+            plan.calls = 0
 
     def cache_events(self) -> list[CacheEvent]:
         """Every kernel made ready in this process: loaded from the project's cache (hit) or compiled."""
@@ -222,34 +239,45 @@ class Ops:
         return found
 
     def run_op(self, op: str, args):
-        adapter = self._adapter(op)
+        """One call: check, route (once per (op, want, shape)), count, then the kernel or the fallback."""
+        adapter = ADAPTERS[op]
         want, shape = adapter.call(self._ctx, args)
-        route = self._route(want, tuple(int(d) for d in shape))
-        kernel = None
-        if route.rendered is not None:
-            kernel = self._kernel(route)
-            if kernel is None:  # its compile failed: the route is now a fallback that says so
-                route = self._routes[(want, route.shape)]
-        self._calls[(op, _params(want), route.shape, route.route, route.kernel, route.spec, route.detail)] += 1
-        if kernel is not None:
-            return adapter.run(kernel, route.rendered.instance, args, route.shape, route.run_shape)
-        self._fell_back(op, route)
+        plan = self._plans.get((op, want, shape))
+        if plan is None:
+            plan = self._plan(op, want, shape)
+        plan.calls += 1
+        if plan.kernel is not None:
+            return adapter.run(plan.kernel, plan.prepared, args, shape, plan.route.run_shape)
+        self._fell_back(op, plan)
         return adapter.fallback(args)
+
+    def _plan(self, op: str, want: Want, shape: tuple) -> _Plan:
+        route = self._route(want, shape)
+        plan = _Plan(op=op, route=route)
+        if route.rendered is not None:
+            plan.kernel = self._kernel(route)
+            if plan.kernel is None:  # its compile failed: the route is now a fallback that says so
+                plan.route = self._routes[(want, shape)]
+            else:
+                plan.prepared = ADAPTERS[op].prepare(route.rendered.instance, shape, route.run_shape)
+        self._plans[(op, want, shape)] = plan
+        return plan
 
     def fake_op(self, op: str, args):
         adapter = self._adapter(op)
         adapter.call(self._ctx, args)
         return adapter.fake(args)
 
-    def _fell_back(self, op: str, route: Route) -> None:
-        message = (f"tilegen.{op} {'x'.join(map(str, route.shape))} ({_params(route.want)}): torch fallback: "
+    def _fell_back(self, op: str, plan: _Plan) -> None:
+        if plan.warned and not self.strict:
+            return
+        route = plan.route
+        message = (f"tilegen.{op} {'x'.join(map(str, route.shape))} ({route.want.params_text()}): torch fallback: "
                    f"{route.detail}")
         if self.strict:
             raise NoKernelError(message + " (strict mode)")
-        key = (route.want, route.shape)
-        if key not in self._warned:
-            self._warned.add(key)
-            warnings.warn(message, FallbackWarning, stacklevel=4)
+        plan.warned = True
+        warnings.warn(message, FallbackWarning, stacklevel=4)
 
     @staticmethod
     def _compile_shape(route: Route) -> tuple:
@@ -284,8 +312,19 @@ class Ops:
         return None
 
 
-def _params(want: Want) -> str:
-    return want.params_text()
+def _direct(*tensors) -> bool:
+    """Whether a call may run its implementation without going through torch's dispatcher (whose Python custom-op
+    machinery costs more than the dispatch itself): plain eager mode -- not tracing (torch.compile, export), no
+    torch-function or dispatch mode active, plain tensors (no fake or other subclass), nothing that autograd
+    would have to record. Otherwise the call is the custom op, and torch does what it does with one."""
+    if torch.compiler.is_compiling():
+        return False
+    dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+    if dispatch_modes is None or function_modes is None or dispatch_modes() or function_modes():
+        return False
+    grad = torch.is_grad_enabled()
+    return all(type(t) is torch.Tensor and not (grad and t.requires_grad) for t in tensors)
 
 
 def _scale(scale):
