@@ -493,3 +493,13 @@ def test_plain_eager_calls_skip_the_dispatcher_and_autograd_gets_the_custom_op(o
         y.float().sum().backward()
     with torch.no_grad():
         assert not ops.rmsnorm(x, w, 1e-5).requires_grad
+
+
+def test_precompile_skips_complete_entries(project, tmp_path):
+    from codegen.ops.cache import precompile
+
+    fake, r = FakeTileLang(), _rendered(project)
+    cache = OpsCache(tmp_path)
+    cache.get(r, (8, 256), ENV, Target.SM_90, fake)
+    report = precompile(cache, [(r, (8, 256)), (r, (8, 256))], ENV, Target.SM_90, workers=2)
+    assert (report.kernels, report.cached, report.errors) == (1, 1, {})  # nothing left to compile: no worker started
