@@ -356,3 +356,14 @@ def test_no_amd_timing_in_reports():
         if isinstance(data, dict) and "rows" in data and "copy_gbps" in data:
             timed = {r["target"] for r in data["rows"] if r["status"] == "ok"}
             assert timed <= {"sm_90"}, (path, timed)
+
+
+def test_the_wheel_carries_the_docs():
+    """pyproject's data-files put the README, the CHANGELOG and every docs/ page into the wheel
+    (<prefix>/share/doc/tilegen/)."""
+    import tomllib
+
+    data_files = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    shipped = {p.resolve() for patterns in data_files.values() for pat in patterns for p in ROOT.glob(pat)}
+    for page in (README, ROOT / "CHANGELOG.md", *DOCS.glob("*.md")):
+        assert page.resolve() in shipped, f"{page.relative_to(ROOT)} is not in the wheel"
