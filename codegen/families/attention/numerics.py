@@ -203,7 +203,7 @@ def _attention32(inst, case: AttentionCase, *, mask: CausalMask, stats: bool = F
 
 
 def _attention_error_mag(inst, qb, kb, vb, s, m, den, p, allowed):
-    """The tolerance's per-element error magnitude for one batch (README "Verification", attention):
+    """The tolerance's per-element error magnitude for one batch (docs/verification.md, attention):
 
         (2*u_in + u_acc*(4*sqrt(Skv) + 4*sqrt(D)*A_i + 4*(1 + B_i))) * (P.|V|)_id + eta_in*(M.|V|)_id / l_i
 
