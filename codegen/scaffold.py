@@ -24,7 +24,8 @@ specs = ["specs"]   # spec files or folders, relative to this file
 README_TEXT = """\
 # {name}: tilegen kernels
 
-- `specs/` — operator specs (YAML), one file per family here; every field is documented in tilegen's README.
+- `specs/` — operator specs (YAML), one file per family here; every field is documented in tilegen's docs/:
+  docs/spec-format.md and one page per family, docs/gemm.md, ... (installed under <prefix>/share/doc/tilegen/).
 - `generated/` — TileLang modules written by `tilegen gen` (commit them; `tilegen gen --check` keeps them honest).
 - `reports/` — build, verify and bench reports; `.cache/` — the build cache (not committed).
 

@@ -55,7 +55,7 @@ PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
 # a number > 0 that is finite (inf and nan are refused [finite_number]) and a normal fp32 [fp32_range]
 PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]
-# verify's tolerance multiplier (README "Verification"); < 1 tightens, > 1 loosens
+# verify's tolerance multiplier (docs/verification.md); < 1 tightens, > 1 loosens
 ToleranceScale = Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)]
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"

@@ -31,7 +31,7 @@ class YamlLimits:
     """What one spec file may cost; over a limit is a one-line error [yaml_limit]. The seeds in specs/ are
     at most 3.2 KB and 500 nodes; a spec with 256 flow-style shapes is about 1,900 nodes. PyYAML's pure-Python
     scanner and composer take ~1 s for 20,000 nodes of spec text or 1 MiB of blank lines, so these keep a file
-    just inside every limit to about a second; one over a limit is refused in well under that (README "Bad input")."""
+    just inside every limit to about a second; one over a limit is refused in well under that (docs/limits.md)."""
 
     max_bytes: int = 256 * 1024  # checked before the text is read in full or parsed
     max_depth: int = 32  # nested lists/mappings, aliases expanded (a spec needs 4)

@@ -153,6 +153,15 @@ class AttentionInstance(InstanceBase):
             return ((min(self.persistent_workgroups, self.persistent_tiles(shape)), 1, 1),)
         return ((-(-seq_q // self.block_m), heads, batch),)
 
+    def workspace_shapes(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The fp32 workspaces the kernel takes between K/V and O, at one problem size: decode's partial outputs
+        O_PART [batch, seq_q, heads, split_kv, head_dim] and their log-sum-exp LSE [batch, seq_q, heads, split_kv];
+        none for prefill."""
+        if self.variant != AttentionVariant.DECODE:
+            return ()
+        batch, heads, _, seq_q, _ = shape
+        return ((batch, seq_q, heads, self.split_kv, self.head_dim), (batch, seq_q, heads, self.split_kv))
+
     def persistent_tiles(self, shape: tuple[int, ...]) -> int:
         """persistent: the (query block, head, batch) tiles of `shape` the grid loops over."""
         batch, heads, _, seq_q, _ = shape

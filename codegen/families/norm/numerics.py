@@ -96,7 +96,7 @@ def _rms_norm32(x, w, eps: float):
 
 def norm_reference(inst, case: NormCase):
     """fp32 reference of the same rounded inputs, and the per-element error magnitude the tolerance
-    scales by u_acc (README "Verification"), with n = cols and xhat = the normalised x:
+    scales by u_acc (docs/verification.md), with n = cols and xhat = the normalised x:
     rmsnorm:   |ref| * (4*sqrt(n) + 8) -- the fp32 sum of squares (random walk over n terms) and a
                few roundings in rsqrt and the two products, all relative to the output;
     layernorm: (|xhat*w| + |b|) * (4*sqrt(n) + 8) + 4*sqrt(n) * rstd * |w| * mean(|x|) -- the same
