@@ -5,6 +5,7 @@ that compute with torch (tests/opsfakes.py) in place of the compiled TileLang on
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import warnings
 
@@ -29,7 +30,7 @@ from codegen.ops import FallbackWarning, NoKernelError, OpsError, OpsInputError,
 from codegen.ops.adapters import ADAPTERS, GemmArgs
 from codegen.ops.cache import ENTRY_FILE, TILELANG_CACHE_ENV, OpsCache, code_sha256, environment_material
 from codegen.ops.dispatch import BUCKET_MAX_BLOCK_RATIO, resolve
-from codegen.render import kernel_uri
+from codegen.render import render
 
 H200 = "NVIDIA H200"
 SPECS = """\
@@ -144,7 +145,8 @@ def project(tmp_path_factory):
     inst, why = winner_instance(ls, Target.SM_90, WINNER)
     assert inst is not None, why
     entry = LockEntry(spec="lin_decode", hand_hash=hand_hash(ls, Target.SM_90), shape=TUNED_SHAPE, device=H200,
-                      versions=local_versions(), winner=Candidate(uri=kernel_uri(inst), tunables=WINNER, time_ms=0.01),
+                      versions=local_versions(), winner=Candidate(uri=inst.uri(), tunables=WINNER, time_ms=0.01,
+                                                                  code_sha256=render(inst).code_sha256),
                       runner_up=None, strategy="test")
     write_lockfile(lock_path(root, Target.SM_90, H200), LockFile(target=Target.SM_90, device=H200, entries=(entry,)))
     return root
@@ -434,7 +436,8 @@ def test_cache_key_misses_when_code_or_versions_change(project, tmp_path, change
     _, base = cache.get(r, (8, 256), ENV, Target.SM_90, fake)
     env, shape = dict(ENV), (8, 256)
     if change == "code":
-        r = dataclasses.replace(r, text=r.text + "\n# a template edit\n")
+        text = r.text + "\n# a template edit\n"
+        r = dataclasses.replace(r, text=text, code_sha256=hashlib.sha256(text.split("\n", 1)[1].encode()).hexdigest())
     elif change == "tilelang":
         env["tilelang"] = "0.1.16"
     elif change == "runtime":
@@ -449,11 +452,11 @@ def test_cache_key_misses_when_code_or_versions_change(project, tmp_path, change
     assert not event.hit and event.key != base.key and fake.compiles == 2
 
 
-def test_code_hash_is_the_rendered_texts(project):
+def test_code_hash_is_the_rendered_code(project):
     import hashlib
 
     r = _rendered(project)
-    assert code_sha256(r) == hashlib.sha256(r.text.encode()).hexdigest()
+    assert code_sha256(r) == hashlib.sha256(r.text.split("\n", 1)[1].encode()).hexdigest() == r.code_sha256
     dyn = _rendered(project, "lin_dynamic")
     assert dyn.instance.compile_shape((5, 256, 128)) == dyn.instance.compile_shape((700, 256, 128))  # one entry
 
