@@ -15,6 +15,7 @@ import pytest
 import typer
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
+from pydantic_core.core_schema import ErrorType
 
 from codegen.cli import app
 from codegen.families import all_families
@@ -139,7 +140,7 @@ def test_no_history_in_readme_or_docs():
     """User-facing pages speak of the tool: no commit hashes, no sessions, no 'not yet' diary notes."""
     for page in (README, *sorted(DOCS.glob("*.md"))):
         text = page.read_text()
-        for pattern in (r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", r"\bsession\b", r"\bnot yet\b",
+        for pattern in (r"(?<![\w.])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", r"\bsession\b", r"\bnot yet\b",
                         r"\bissue #?\d+"):
             hit = re.search(pattern, text, re.IGNORECASE)
             assert not hit, f"{page.relative_to(ROOT)}: {hit.group(0)!r}"
@@ -305,9 +306,11 @@ def test_rules_named_in_docs_exist():
     # rules named by an f-string, f"{name}_target", for each quoted option name
     suffixes = set(re.findall(r'f"\{[a-z_]+\}_([a-z_]+)"', source))
 
+    pydantic_types = set(typing.get_args(ErrorType))  # a field's type check, reported under pydantic's own name
+
     def known(rule: str) -> bool:
         head, _, tail = rule.rpartition("_")
-        return rule in source or (tail in suffixes and f'"{head}"' in source)
+        return rule in source or rule in pydantic_types or (tail in suffixes and f'"{head}"' in source)
 
     missing = []
     for page in sorted(DOCS.glob("*.md")):
