@@ -42,10 +42,22 @@ def _fp32(value: float) -> float:
     return value
 
 
+FP32_MIN_NORMAL = 2.0**-126
+
+
+def _fp32_normal(value: float) -> float:
+    if not FP32_MIN_NORMAL <= abs(value) <= MAX_FP32:
+        raise PydanticCustomError("fp32_normal", f"must be a normal fp32 number, {FP32_MIN_NORMAL:.7g} <= |x| <= "
+                                  f"{MAX_FP32:.7g}: the kernel multiplies by it in fp32")
+    return value
+
+
 PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
 # a number > 0 that is finite (inf and nan are refused [finite_number]) and a finite fp32
 PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]
+# a finite normal fp32 number of either sign (0, subnormals, inf and nan refused) [fp32_normal]
+NormalFp32 = Annotated[StrictFloat, Field(allow_inf_nan=False), AfterValidator(_fp32_normal)]
 # verify's tolerance multiplier (README "Verification"); < 1 tightens, > 1 loosens
 ToleranceScale = Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)]
 

@@ -72,6 +72,17 @@ class RowSpecBase(Model):
         """Whether several workgroups share a row (split over 1, or auto)."""
         return self.split != 1
 
+    @property
+    def fused(self) -> tuple[tuple[str, object], ...]:
+        """(field, value) of each operation fused into the row's pass that the spec asks for (norm: residual,
+        quant; softmax: scale, mask); () for the plain op. Rule fused_combination reads it."""
+        return ()
+
+    @property
+    def out_dtypes(self) -> tuple[DType, ...]:
+        """The output dtypes the op writes (rmsnorm adds fp8 e4m3 with its per-token scale)."""
+        return ROW_TYPES
+
 
 # ---- rules ------------------------------------------------------------------------------------------
 # One workgroup per row; a chunk is threads*vector columns (each thread loads `vector` contiguous
@@ -139,13 +150,20 @@ def row_register_budget(hw: Hardware, threads: int) -> int:
     return per_thread // 2
 
 
+def _dtype_list(dtypes: tuple[DType, ...]) -> str:
+    names = [d.value for d in dtypes]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def row_dtype_supported(c: RowContext) -> Iterator[Violation]:
     d = c.spec.dtypes
-    for part in ("input", "out"):
-        dt = getattr(d, part)
-        if dt not in ROW_TYPES:
-            yield Violation(rule="dtype_supported", path=("dtypes", part), value=dt.value,
-                            message=f"{c.spec.op} takes fp16, bf16 or fp32")
+    if d.input not in ROW_TYPES:
+        yield Violation(rule="dtype_supported", path=("dtypes", "input"), value=d.input.value,
+                        message=f"{c.spec.op} takes {_dtype_list(ROW_TYPES)}")
+    if d.out not in c.spec.out_dtypes:
+        verb = "takes" if c.spec.out_dtypes == ROW_TYPES else "writes"
+        yield Violation(rule="dtype_supported", path=("dtypes", "out"), value=d.out.value,
+                        message=f"{c.spec.op} {verb} {_dtype_list(c.spec.out_dtypes)}")
     if d.accumulate != DType.FP32:
         yield Violation(rule="dtype_supported", path=("dtypes", "accumulate"), value=d.accumulate.value,
                         message="the statistics are kept in fp32: accumulate must be fp32")
@@ -253,9 +271,27 @@ def row_split(c: RowContext) -> Iterator[Violation]:
                                         f"some workgroups would get no columns (split at most {chunks}, or auto)")
 
 
+# The row options the fused operations (norm: residual, quant; softmax: scale, mask) are not written for, and why:
+# (option, whether the spec uses it, the reason). Rule fused_combination refuses each pair.
+FUSED_UNSUPPORTED: tuple[tuple[str, Callable[[RowSpecBase], bool], str], ...] = (
+    ("peel", lambda s: s.peel, "peeled rows are addressed through flat views of X and Y alone"),
+    ("split", lambda s: s.splits, "a split row's second kernel writes from the first kernel's partials, which "
+                                  "carry no fused operand"),
+)
+
+
+def row_fused(c: RowContext) -> Iterator[Violation]:
+    """A fused operation (`RowSpecBase.fused`) beside a row option it is not written for (FUSED_UNSUPPORTED)."""
+    for path, value in c.spec.fused:
+        for option, used, why in FUSED_UNSUPPORTED:
+            if used(c.spec):
+                yield Violation(rule="fused_combination", path=(path,), value=value,
+                                message=f"not with {option}: {why}")
+
+
 ROW_RULES: tuple[RowRule, ...] = (
     row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll, row_peel,
-    row_split, row_pack,
+    row_split, row_pack, row_fused,
 )
 
 
@@ -303,8 +339,8 @@ class RowInstance(InstanceBase):
         return min(ROW_VECTOR_BYTES, self.vector * DTYPE_BYTES[DType(self.spec_dtypes[0])])
 
     def stem(self) -> str:
-        parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", self._variant_tag(), f"t{self.threads}",
-                 f"v{self.vector}"]
+        parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", *self._fused_tags(), self._variant_tag(),
+                 f"t{self.threads}", f"v{self.vector}"]
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + ["peel"] * self.peel
         if self.splits:
             parts.append("sauto" if self.split_workgroups else f"s{self.split}")
@@ -314,6 +350,10 @@ class RowInstance(InstanceBase):
 
     def _variant_tag(self) -> str:
         raise NotImplementedError
+
+    def _fused_tags(self) -> list[str]:
+        """A tag per operation fused into the row's pass (the family's), after the dtypes in the name."""
+        return []
 
     def template_vars(self) -> dict[str, object]:
         """How a chunk macro's (X, n, row) arguments address the row: unpeeled, X[row, col] with column
