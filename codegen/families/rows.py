@@ -7,7 +7,7 @@ partial is `_rows.j2`, beside this module.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt
@@ -275,8 +275,7 @@ def row_split(c: RowContext) -> Iterator[Violation]:
 # (option, whether the spec uses it, the reason). Rule fused_combination refuses each pair.
 FUSED_UNSUPPORTED: tuple[tuple[str, Callable[[RowSpecBase], bool], str], ...] = (
     ("peel", lambda s: s.peel, "peeled rows are addressed through flat views of X and Y alone"),
-    ("split", lambda s: s.splits, "a split row's second kernel writes from the first kernel's partials, which "
-                                  "carry no fused operand"),
+    ("split", lambda s: s.splits, "a split row's second kernel writes from the first one's partials alone"),
 )
 
 
@@ -555,6 +554,10 @@ class RowCase:
     X: object  # stored input (device, input dtype)
     WS: object = None  # split: the fp32 partials workspace [rows, SPLIT, slots] (device)
 
+    def block(self, r0: int, r1: int) -> RowCase:
+        """Rows r0 .. r1 of the case (the chunked check's block)."""
+        return replace(self, X=self.X[r0:r1])
+
     @property
     def X32(self):
         """The same rounded values in fp32, made on use (a chunk's rows only, in the chunked check)."""
@@ -579,22 +582,21 @@ def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target)
 def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_controls: tuple[str, ...] = (),
                whole_controls=None):
     """The chunked check of a row family: blocks of whole rows, about max_elements elements each (one row
-    at least), the case's X sliced (weights and bias whole). `reference(inst, sub)` and
+    at least), the case's rows sliced (`case.block`: X and its other per-row tensors; weights and bias whole).
+    `reference(inst, sub)` and
     `controls(inst, sub, ref, r0=r0, rows=rows)` are the family's own, row by row alike (r0: the block's first
     row, for controls that depend on where a row lies in memory; rows: the whole tensor's, which split: auto
     depends on); a control in `first_row_controls`
     wrongs the first row only, so in later blocks it is the reference itself; `whole_controls(inst, case,
     step)`, if given, returns {name: fn(sub, r0) -> wrong} for controls that mix rows (a pre-pass over the
     blocks gathers what they need)."""
-    from dataclasses import replace
-
     from codegen.verify import CheckChunk
 
     rows, cols = case.X.shape
     step = max(inst.pack, max_elements // max(cols, 1) // inst.pack * inst.pack)  # whole blocks of packed rows
     mixed = whole_controls(inst, case, step) if whole_controls else {}
     for r0 in range(0, rows, step):
-        sub = replace(case, X=case.X[r0:r0 + step])
+        sub = case.block(r0, r0 + step)
         ref, mag = reference(inst, sub)
         wrong = controls(inst, sub, ref, r0=r0, rows=rows)
         for name in first_row_controls:
@@ -603,6 +605,31 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
         for name, fn in mixed.items():
             wrong[name] = fn(sub, r0)
         yield CheckChunk(index=(slice(r0, r0 + step),), ref=ref, mag=mag, controls=wrong)
+
+
+def row_output_chunks(inst, case, max_elements: int, outputs, references, controls, *,
+                      first_row_controls: tuple[str, ...] = ()):
+    """row_chunks for a kernel of several outputs, each indexed by row first ([rows, cols] or [rows, 1]): blocks of
+    whole rows, about max_elements elements over all the [rows, cols] outputs together (`outputs(inst, shape)`: the
+    family's Output list); `references(inst, sub)` gives
+    one (ref, mag) per output and `controls(inst, sub, refs, r0=r0, rows=rows)` {name: one wrong tensor per output}
+    (the reference itself where the control leaves that output right). A block yields one CheckChunk per output; a
+    control in `first_row_controls` wrongs the first row only (later blocks: the references)."""
+    from codegen.verify import CheckChunk
+
+    rows, cols = case.X.shape
+    full = max(1, sum(1 for o in outputs(inst, (rows, cols)) if o.shape[-1] == cols))
+    step = max(inst.pack, max_elements // max(cols * full, 1) // inst.pack * inst.pack)
+    for r0 in range(0, rows, step):
+        sub = case.block(r0, r0 + step)
+        refs = references(inst, sub)
+        wrong = controls(inst, sub, refs, r0=r0, rows=rows)
+        for name in first_row_controls:
+            if r0 > 0 and name in wrong:
+                wrong[name] = tuple(ref for ref, _ in refs)
+        for i, (ref, mag) in enumerate(refs):
+            yield CheckChunk(index=(slice(r0, r0 + step),), ref=ref, mag=mag, output=i,
+                             controls={name: w[i] for name, w in wrong.items()})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,6 @@ from codegen.families.norm.spec import NormSpecBase, Quant
 from codegen.families.rows import RowInstance, row_fields
 from codegen.targets.base import TargetSpec
 
-
 # per_token, after rstd: the row's scale from its largest |Y| = rstd * max|x * w| (block_max over the row's threads),
 # written by the row's first thread; inv becomes 1 / scale for the store
 PER_TOKEN_SCALE = """\
