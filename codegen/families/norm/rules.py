@@ -14,7 +14,7 @@ from codegen.targets.base import TargetSpec
 
 def norm_quant(c: RowContext) -> Iterator[Violation]:
     """quant: per_token is rmsnorm's fp8 e4m3 output with its per-row scale, and an fp8 output is only written
-    so: each of the two asks for the other. (layernorm's fp8 output is refused by dtype_supported.)"""
+    so: each of the two asks for the other (layernorm's fp8 output is refused by dtype_supported alone)."""
     spec = c.spec
     fp8 = spec.dtypes.out == DType.FP8_E4M3
     if spec.quant == Quant.PER_TOKEN and spec.op != "rmsnorm":
@@ -24,7 +24,7 @@ def norm_quant(c: RowContext) -> Iterator[Violation]:
         yield Violation(rule="quant_dtype", path=("quant",), value=spec.quant.value,
                         message=f"per_token writes fp8 e4m3 and a per-row scale: set dtypes.out: fp8_e4m3 "
                                 f"(not {spec.dtypes.out.value})")
-    elif fp8 and spec.quant != Quant.PER_TOKEN:
+    elif fp8 and spec.quant != Quant.PER_TOKEN and DType.FP8_E4M3 in spec.out_dtypes:
         yield Violation(rule="quant_dtype", path=("dtypes", "out"), value=spec.dtypes.out.value,
                         message="an fp8 e4m3 output needs its per-row scale: set quant: per_token")
 
