@@ -37,11 +37,11 @@ run_step() {
   case $1 in
     attn) profile attn 150 attn_fp16_d128_128x128_t256_s2_sm90_e6ec80 1x32x32x2048x2048 ;;
     attn_full) profile attn_full 90 attn_fp16_d128_128x128_t256_s2_sm90_e6ec80 4x32x32x4096x4096 --no-baselines ;;
-    gemm) profile gemm "$STEP_S" gemm_fp16_nt_128x256x64_t256_s4_sw8_sm90_6b7a19 8192x8192x8192 ;;
+    gemm) profile gemm "$STEP_S" gemm_fp16_nt_128x256x64_t256_s4_sw8_sm90_2a809f 8192x8192x8192 ;;
     rmsnorm) profile rmsnorm "$STEP_S" rmsnorm_fp16_streamed_t256_v8_u2_sm90_c075a4 16384x8192 ;;
     layernorm) profile layernorm "$STEP_S" layernorm_fp16_registers_t256_v8_sm90_9ae7c8 16384x8192 ;;
     softmax) profile softmax "$STEP_S" softmax_fp16_online_t256_v8_sm90_a776e4 16384x8192 ;;
-    rope) profile rope "$STEP_S" rope_fp16_d128_r128_t64_v8_sm90_8764e9 16384x32x8 ;;
+    rope) profile rope "$STEP_S" rope_fp16_d128_r128_t64_v8_sm90_118424 16384x32x8 ;;
     sass)
       if command -v cuobjdump >/dev/null || [ -x "$(dirname "$(command -v nvcc)")/cuobjdump" ]; then
         step sass 120 sass --all --out "$OUT/sass_sm_90.json"

@@ -44,6 +44,7 @@ from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.instance import KernelInstance
 from codegen.pipeline import Project
+from codegen.project import confined
 from codegen.render import RenderedFile
 from codegen.spec import TailPolicy
 from codegen.targets import TARGETS, find_toolchain
@@ -189,8 +190,9 @@ def plan(files: list[RenderedFile], toolchains: dict[Target, Toolchain], cache: 
         shapes = inst.compile_shapes()  # a dynamic-M kernel: one build for every M, at ('m', n, k)
         for shape in shapes[:1] if first_shape else shapes:
             material = {
-                # the URI hashes the instance and the template; the text's hash also covers render logic
-                "uri": f.uri, "source_sha256": hashlib.sha256(f.text.encode()).hexdigest(),
+                # the name is the configuration; the code hash is what is compiled (the module without its
+                # header, which names the specs that asked for it: a spec moved to another file rebuilds nothing)
+                "uri": f.uri, "code_sha256": f.code_sha256,
                 "shape": list(shape), "target": inst.target.value, "tilelang": tilelang_version,
                 "toolchain": toolchains[inst.target].fingerprint(), "lower_py_sha256": lower_sha, "recipe": RECIPE,
             }
@@ -392,7 +394,7 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
     t_start = time.perf_counter()
     targets = sorted({f.instance.target for f in files})
     toolchains = {t: find_toolchain(t, root, gfx942_env=opts.gfx942_env) for t in targets}
-    cache = BuildCache(opts.cache_dir or root / ".cache" / "build")
+    cache = BuildCache(opts.cache_dir or confined(root, root / ".cache" / "build"))
     cache.sweep_staging()
     jobs = plan(files, toolchains, cache, first_shape=opts.first_shape)
     results: dict[str, BuildResult] = {}
@@ -463,7 +465,7 @@ def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
     """reports/static/<target>.json for each target built, written only when the content changed."""
     written = []
     for target in sorted({r.target for r in report.results}):
-        path = root / REPORT_DIR / f"{target.value}.json"
+        path = confined(root, root / REPORT_DIR / f"{target.value}.json")
         text = dump_json(report.document(target, volatile=False))
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):
             write_text_atomic(path, text)

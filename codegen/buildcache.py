@@ -1,6 +1,6 @@
 """A content-addressed cache of build artifacts under .cache/build/.
 
-An entry is a folder named by the sha256 of its key material (instance URI, shape, target, tilelang
+An entry is a folder named by the sha256 of its key material (kernel name, code hash, shape, target, tilelang
 version, compiler fingerprint...). It is assembled in a private staging folder, its manifest (the
 sha256 and size of every artifact) written last, and moved into place with one rename: readers
 see a whole entry or none. A reader checks every artifact against the manifest, so a corrupt or

@@ -34,6 +34,7 @@ from codegen.errors import SpecError, SpecErrors, TilegenError
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.pipeline import Project
+from codegen.spec import MAX_POINTS
 from codegen.starter import starter_spec
 from codegen.workers import load_tilelang, set_tilelang_log_level
 
@@ -50,7 +51,8 @@ class _Commands(TyperGroup):
             raise typer.Exit(130) from None
 
 
-app = typer.Typer(cls=_Commands, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# add_completion: typer's own --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+app = typer.Typer(cls=_Commands, add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tilegen: declarative TileLang kernels for gfx942 (MI300X), gfx950 (MI355X) and sm_90 "
                        "(H100/H200).")
 new_app = typer.Typer(no_args_is_help=True, help="Write a commented starter spec.")
@@ -91,8 +93,18 @@ def _project() -> Project:
     return Project(root=_run(lambda: resolve_root(_PROJECT_DIR[0])))
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from codegen import __version__
+
+        out.print(f"tilegen {__version__}", markup=False)
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_show_version, is_eager=True, help="Print tilegen's version and exit.")] = False,
     project: Annotated[Path | None, typer.Option(
         "--project", "-C", help="The tilegen project to work on (default: the nearest folder above the current "
                                 "one holding tilegen.toml, else the current folder).", show_default=False)] = None,
@@ -127,10 +139,16 @@ def _ui():
 
 
 @app.command("list")
-def list_(paths: SpecPaths = None, target: TargetOpt = None, as_json: JsonOpt = False) -> None:
-    """List kernel instances: name, target, URI, tiling, pipeline, LDS."""
+def list_(
+    paths: SpecPaths = None,
+    target: TargetOpt = None,
+    as_json: JsonOpt = False,
+    names: Annotated[bool, typer.Option(
+        "--names", help="Only the kernel names (what build, verify and bench take), one a line.")] = False,
+) -> None:
+    """List kernels: name, op, target, dtypes, layout, tiling, threads, schedule, tail, LDS, shapes."""
     files = _run(lambda: _project().rendered(paths, target))
-    _ui().show_list(files, as_json=as_json)
+    _ui().show_list(files, as_json=as_json, names_only=names)
 
 
 @app.command()
@@ -175,9 +193,9 @@ def lower(
     _require_selection(names, all_)
     project = _project()
     files = _run(lambda: project.select(names or [], all_=all_, targets=target))
+    out_dir = out_dir or _run(lambda: project.path("build/lowered"))
     load_tilelang()  # its logger at the level --verbose chose
     kernels = _run(lambda: project.lower(files, all_shapes=not first_shape))
-    out_dir = out_dir or project.root / "build" / "lowered"
     for k in kernels:
         dest = out_dir / k.relpath
         write_text_atomic(dest, k.source)
@@ -204,8 +222,10 @@ def toolchain_fetch(
         "--dest", help="Where to unpack it (default: the user cache, shared by every project).",
         show_default=False)] = None,
 ) -> None:
-    """Fetch the offline AMD device toolchain (gfx942, gfx950): Debian's clang/lld via apt (needs root), HIP
-    headers and ROCm device libraries unpacked into DEST, described in DEST/env.json."""
+    """Fetch the offline AMD device toolchain for gfx942 and gfx950.
+
+    Debian's clang/lld via apt (needs root), HIP headers and ROCm device libraries unpacked into DEST,
+    described in DEST/env.json."""
     import subprocess
 
     from codegen.targets.amdgcn import FETCH_SCRIPT, user_toolchain_dir
@@ -276,8 +296,10 @@ def profile(
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Profile the torch baselines too.")] = True,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds one profiler run may take.")] = 900.0,
 ) -> None:
-    """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD): DRAM
-    bandwidth, L2 hit rate, occupancy, tensor pipe, stalls and a verdict, under reports/<gpu>/profile/."""
+    """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD).
+
+    Reports DRAM bandwidth, L2 hit rate, occupancy, tensor pipe and stalls with a verdict, under
+    reports/<gpu>/profile/."""
     from codegen.profile import run_profile
 
     project = _project()
@@ -296,7 +318,9 @@ def sass(
     jobs: Jobs = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
 ) -> None:
-    """sm_90 SASS of the built cubins (cuobjdump -sass): LDG/STG widths, LDGSTS, TMA, HGMMA, LDL/STL; [vector_loads]."""
+    """Read the sm_90 SASS of the built cubins (cuobjdump -sass): LDG/STG widths, LDGSTS, TMA, HGMMA, LDL/STL.
+
+    A kernel whose global loads are narrower than its spec meant gets a vector_loads warning."""
     import json
 
     from codegen.targets.sm90_sass import run_sass
@@ -304,7 +328,7 @@ def sass(
     _require_selection(names, all_)
     project = _project()
     doc, builds = _run(lambda: run_sass(project, names or [], all_, cache_dir=cache_dir, jobs=jobs))
-    path = out_file or project.root / "reports" / "static" / "sm_90_sass.json"
+    path = out_file or _run(lambda: project.path("reports/static/sm_90_sass.json"))
     from codegen.build import dump_json
 
     write_text_atomic(path, dump_json(json.loads(json.dumps(doc))))
@@ -352,32 +376,50 @@ def tune(
     static: Annotated[bool, typer.Option(
         "--static", help="Only the stages that need no GPU: expand, rules, build and prune, static rank (AMD).")] = False,
     budget: Annotated[str, typer.Option("--budget", help="Time for the measured rounds (20m, 90s, 1h).")] = "20m",
-    check: Annotated[bool, typer.Option("--check", help="List stale lockfile entries and misses; exit 1 on any.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="List stale lockfile entries and untuned searched shapes; exit 1 on a stale entry.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="With --check: exit 1 on an untuned shape too.")] = False,
+    all_: Annotated[bool, typer.Option(
+        "--all", help="Every spec with a `search:` block not yet fresh in this GPU's lockfile, under one --budget "
+        "(resumable: fresh specs are skipped).")] = False,
     jobs: Jobs = None,
     timeout: Timeout = 300.0,
     gpus: Gpus = None,
     ray: Annotated[str | None, typer.Option(
-        "--ray", help="Run builds and GPU cases as Ray tasks on the cluster at ADDRESS (or `auto`); needs tilegen[ray].",
+        "--ray", help="Run builds and GPU cases as Ray tasks on the cluster at ADDRESS (or `auto`); needs the ray extra of tilegen.",
         show_default=False)] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     profile_top: Annotated[int, typer.Option(
         "--profile-top", min=0, help="After measured selection, profile the N best candidates (ncu / rocprofv3).")] = 0,
+    max_points: Annotated[int, typer.Option(
+        "--max-points", min=1, help="Refuse a search space of more points than this, before expanding it "
+                                    "(docs/limits.md).")] = MAX_POINTS,
 ) -> None:
-    """Search a spec's `search:` space: rules, real builds, then static rank or measured selection; lockfile."""
+    """Search a spec's `search:` space (rules, real builds, static rank or measured selection) into the lockfile."""
     from codegen.build import BuildOptions
     from codegen.tunecli import run_check, run_tune
 
     project = _project()
     if check:
-        if not _run(lambda: run_check(project, target, out=out, err=err)):
+        if not _run(lambda: run_check(project, target, out=out, err=err, strict=strict)):
             raise typer.Exit(1)
         return
-    if not name:
-        err.print("error: name a spec to tune, or pass --check", markup=False)
-        raise typer.Exit(2)
     opts = BuildOptions(jobs=jobs, cache_dir=cache_dir)
+    if all_:
+        if name or static or ray or profile_top:
+            err.print("error: --all tunes every searched spec on the GPU present: give no NAME, --static, --ray or "
+                      "--profile-top with it", markup=False)
+            raise typer.Exit(2)
+        from codegen.tuneall import FAILED, run_tune_all
+
+        rows = _run(lambda: run_tune_all(project, target, budget=budget, opts=opts, timeout_s=timeout, out=out,
+                                         err=err, gpus=gpus))
+        raise typer.Exit(1 if any(r.status == FAILED for r in rows) else 0)
+    if not name:
+        err.print("error: name a spec to tune, pass --all, or pass --check", markup=False)
+        raise typer.Exit(2)
     _run(lambda: run_tune(project, name, target, static=static, budget=budget, opts=opts, timeout_s=timeout,
-                          gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top))
+                          gpus=gpus, ray=ray, out=out, err=err, profile_top=profile_top, max_points=max_points))
 
 
 @app.command()

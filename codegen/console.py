@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Self
 
 from rich.console import Console
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -35,6 +37,8 @@ from codegen.render import RenderedFile
 from codegen.report import BENCH_COLUMNS, VERIFY_SUMMARY_COLUMNS, bench_rows
 
 TABLE_WIDTH = 200  # a table's width when its stream is not a terminal (CI logs): not wrapped at 80 columns
+UNBOUNDED = 1 << 20  # the width a table is measured at to see whether it fits the terminal unwrapped
+LIST_INDENT = 4  # `tilegen list` on a narrow terminal: a kernel's details under its name
 
 
 def _summary_cell(key: str) -> Column:
@@ -184,15 +188,27 @@ class UI:
         full_width(self.out).print(rich_table(f"tilegen run ({report.seconds:.0f} s)", STEP_COLUMNS, report.steps))
         return 0 if report.ok else 1
 
-    def show_list(self, files: list[RenderedFile], *, as_json: bool = False) -> None:
+    def show_list(self, files: list[RenderedFile], *, as_json: bool = False, names_only: bool = False) -> None:
         if as_json:
             rows = [f.instance.metadata(f.uri) | {"file": str(f.path)} for f in files]
             sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+        elif names_only:  # what build, verify and bench take: whole, one a line, at any width
+            sys.stdout.write("".join(f"{f.uri}\n" for f in files))
         elif not self.out.is_terminal:  # a pipe or a file: every cell in full, tab-separated, a header line first
             rows = [[c.header for c in LIST_COLUMNS]] + [[c.cell(f) for c in LIST_COLUMNS] for f in files]
             sys.stdout.write("".join("\t".join(row) + "\n" for row in rows))
         else:
-            self.out.print(rich_table(f"{len(files)} kernel instance(s)", LIST_COLUMNS, files))
+            table = rich_table(f"{len(files)} kernel(s)", LIST_COLUMNS, files)
+            if Measurement.get(self.out, self.out.options.update_width(UNBOUNDED), table).maximum <= self.out.width:
+                self.out.print(table)
+                return
+            # too narrow for the table: each kernel's whole name on a line of its own (never cut; the terminal
+            # wraps a name longer than the line), its other columns below it, indented and wrapped
+            name, *rest = table_columns(LIST_COLUMNS)
+            for f in files:
+                self.out.print(Text(name.cell(f), style="bold"), soft_wrap=True)
+                details = Text(", ".join(f"{c.header} {c.cell(f)}" for c in rest))
+                self.out.print(Padding(details, (0, 0, 0, LIST_INDENT)), soft_wrap=False)
 
 
 def _rel(path: Path, root: Path | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args, get_origin
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from codegen.errors import SpecError, SpecErrors
 from codegen.families import ops as known_ops
 from codegen.families import spec_model
+from codegen.project import outside_message, outside_project
 from codegen.spec import MAX_INSTANCES
 from codegen.yamlsrc import FieldPath, SourceDoc, format_path, load_yaml, read_spec_text
 
@@ -72,7 +74,7 @@ def _model_at(annotation, path: FieldPath):
 
 def _unknown_key(model: type[BaseModel], path: FieldPath) -> str:
     holder = _model_at(model, path[:-1])
-    if holder is None:
+    if holder is None or not path:
         return "unknown key"
     close = difflib.get_close_matches(str(path[-1]), list(holder.model_fields), n=1)
     return f"unknown key (did you mean '{close[0]}'?)" if close else "unknown key"
@@ -87,13 +89,32 @@ _MESSAGES = {
 }
 
 
+def _user_path(loc: tuple, entry, *, missing: bool) -> FieldPath:
+    """The path in the user's entry that a pydantic error location names. A location also holds pydantic's own
+    tags (a union member such as `list[int]`, a validator such as `function-after[...]`, `[key]`); a part is kept
+    only where it is a key of the mapping (or an index of the list) at that point of the entry, so a key spelt
+    like a tag (`a[0]`, an ANSI escape) is still the user's key and a tag is never taken for one. A missing
+    field's name is not in the entry: it is the location's last part."""
+    path: list[str | int] = []
+    value = entry
+    for part in loc:
+        key = isinstance(value, dict) and isinstance(part, str) and part in value
+        index = isinstance(value, list) and type(part) is int and 0 <= part < len(value)
+        if key or index:
+            path.append(part)
+            value = value[part]
+    if missing and loc and isinstance(loc[-1], str) and (not path or path[-1] != loc[-1]):
+        path.append(loc[-1])
+    return tuple(path)
+
+
 def _pydantic_errors(exc: ValidationError, model: type[BaseModel], entry, doc: SourceDoc,
                      base: FieldPath) -> list[SpecError]:
     errors = []
     for err in exc.errors(include_url=False):
         loc = err["loc"]
-        is_key = "[key]" in loc  # a dict key (an override's target name) failed, not its value
-        path = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or "function-" in p)))
+        path = _user_path(loc, entry, missing=err["type"] == "missing")
+        is_key = "[key]" in loc and "[key]" not in path  # a dict key (an override's target name) failed, not its value
         where = format_path(path) or "<entry>"
         if err["type"] == "extra_forbidden":
             errors.append(SpecError(doc.locate(base + path, key=True), f"{where}: {_unknown_key(model, path)}",
@@ -102,7 +123,7 @@ def _pydantic_errors(exc: ValidationError, model: type[BaseModel], entry, doc: S
         if err["type"] == "missing":
             errors.append(SpecError(doc.locate(base + path[:-1]), f"{where}: required field is missing", "missing"))
             continue
-        value = path[-1] if is_key else _value_at(entry, path)
+        value = (path[-1] if path else _ABSENT) if is_key else _value_at(entry, path)
         shown = where if value is _ABSENT or isinstance(value, (dict, list)) or is_key else f"{where}={_short(value)}"
         msg = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
         errors.append(SpecError(doc.locate(base + path, key=is_key), f"{shown}: {msg}", err["type"]))
@@ -158,22 +179,39 @@ def parse_specs(text: str, file: str) -> list[LoadedSpec]:
     return loaded
 
 
-def find_spec_files(paths: list[Path]) -> list[Path]:
-    """Spec files under `paths` (files or folders), sorted, so output order never depends on the OS."""
+def find_spec_files(paths: list[Path], root: Path | None = None) -> list[Path]:
+    """Spec files under `paths` (files or folders), sorted, so output order never depends on the OS. With the
+    project `root`: a path inside the project, and every file found under it, must resolve inside it
+    [outside_project] (a path named outside the project on the command line is the user's own choice)."""
     files: set[Path] = set()
     for p in paths:
+        inside = root is not None and _named_inside(p, root)
+        if inside and (real := outside_project(root, p)) is not None:
+            raise SpecErrors([SpecError(_escaped(p.as_posix()), outside_message(root, real), "outside_project")])
         if p.is_dir():
-            files.update(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
+            found = sorted(f for f in p.rglob("*") if f.suffix in SPEC_SUFFIXES and f.is_file())
+            for f in found if inside else ():
+                if (real := outside_project(root, f)) is not None:
+                    raise SpecErrors([SpecError(_escaped(os.path.relpath(f, root)), outside_message(root, real),
+                                                "outside_project")])
+            files.update(found)
         elif p.is_file():
             files.add(p)
         else:
-            raise SpecErrors([SpecError(_escaped(p.as_posix()), "no such spec file or folder", "io")])
+            what = "not a regular file or folder" if os.path.lexists(p) else "no such spec file or folder"
+            raise SpecErrors([SpecError(_escaped(p.as_posix()), what, "io")])
     return sorted(files)
 
 
 def _escaped(text: str) -> str:
     """`text` on one line of printable ASCII: a newline, a control or a non-ASCII character as its escape."""
     return text.encode("unicode_escape").decode("ascii")
+
+
+def _named_inside(path: Path, root: Path) -> bool:
+    """`path` is written as a path inside the project (before any symlink is followed)."""
+    named = Path(os.path.abspath(path))
+    return named.is_relative_to(os.path.abspath(root)) or named.is_relative_to(os.path.realpath(root))
 
 
 def display_path(path: Path, root: Path) -> str:
@@ -194,7 +232,7 @@ def display_path(path: Path, root: Path) -> str:
 def load_spec_files(paths: list[Path], root: Path) -> list[LoadedSpec]:
     """Load and field-validate every spec file; collect errors from all files before raising."""
     loaded, errors = [], []
-    files = find_spec_files(paths)
+    files = find_spec_files(paths, root)
     if not files:
         raise SpecErrors([SpecError(", ".join(str(p) for p in paths), "no spec files (*.yaml) found", "io")])
     for f in files:

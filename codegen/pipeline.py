@@ -11,8 +11,9 @@ from codegen.hardware import Target
 from codegen.instance import KernelInstance, build_instances
 from codegen.load import load_spec_files
 from codegen.lower import LoweredKernel, lower
-from codegen.project import ProjectConfig, find_project_root, read_config
+from codegen.project import ProjectConfig, confined, find_project_root, read_config
 from codegen.render import (
+    WORKLOADS_FILE,
     CheckResult,
     GenResult,
     RenderedFile,
@@ -33,16 +34,27 @@ class Project:
     def config(self) -> ProjectConfig:
         return read_config(self.root)
 
+    def path(self, relative: str | PurePosixPath) -> Path:
+        """A path of the project that tilegen reads or writes on its own, refused [outside_project] when a
+        symlink takes it out of the project (codegen.project.confined)."""
+        return confined(self.root, self.root / relative, PurePosixPath(relative).as_posix())
+
     @property
     def reports_dir(self) -> Path:
-        return self.root / "reports"
+        return self.path("reports")
 
     @property
     def cache_dir(self) -> Path:
-        return self.root / ".cache"
+        return self.path(".cache")
 
     def spec_paths(self, paths: list[Path] | None) -> list[Path]:
-        return list(paths) if paths else [self.root / p for p in self.config.specs]
+        """`paths` as given, or the config's spec paths (each inside the project)."""
+        return list(paths) if paths else [self.path(p) for p in self.config.specs]
+
+    def _confine_outputs(self, files: list[RenderedFile], prune_dirs: set[PurePosixPath], index: bool) -> None:
+        """Every file gen writes or compares, and every folder it prunes, stays inside the project."""
+        for rel in sorted({f.path for f in files} | prune_dirs | ({WORKLOADS_FILE} if index else set())):
+            self.path(rel)
 
     def instances(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[KernelInstance]:
         loaded = load_spec_files(self.spec_paths(paths), self.root)
@@ -74,6 +86,8 @@ class Project:
         # an entry of a spec outside the files asked for (`gen PATHS`) is not stale, only not looked at here
         asked = {ref.name for f in files for ref in f.specs}
         lines += [f"{m.line()}: not used, the hand configuration serves it" for m in report.stale if m.spec in asked]
+        lines += [f"{line}: none of its entries is used; the hand configurations serve its shapes"
+                  for line in report.invalid]
         return tuple(sorted(lines))
 
     def _prune_dirs(self, paths, targets) -> set[PurePosixPath]:
@@ -84,14 +98,16 @@ class Project:
 
     def generate(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> GenResult:
         files, report = self._tuned(paths, targets)
-        result = write_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets),
-                             index=not paths and not targets)
+        prune, index = self._prune_dirs(paths, targets), not paths and not targets
+        self._confine_outputs(files, prune, index)
+        result = write_files(files, self.root, prune_dirs=prune, index=index)
         return replace(result, tuning=self.tuning_lines(files, report))
 
     def check(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> CheckResult:
         files = self.rendered(paths, targets)
-        return check_files(files, self.root, prune_dirs=self._prune_dirs(paths, targets),
-                           index=not paths and not targets)
+        prune, index = self._prune_dirs(paths, targets), not paths and not targets
+        self._confine_outputs(files, prune, index)
+        return check_files(files, self.root, prune_dirs=prune, index=index)
 
     def select(self, names: list[str], *, all_: bool, targets: list[Target] | None) -> list[RenderedFile]:
         """Rendered files of the named kernels (kernel URI: every shape of it; spec name: the kernels that spec

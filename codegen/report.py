@@ -6,7 +6,9 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from codegen.targets import HARDWARE, TARGETS
 
 
 def environment(gpu: dict) -> dict:
-    """Where the numbers came from: device, driver, clocks, library versions, git commit."""
+    """Where the numbers came from: device, driver, clocks, library versions, git commit, the command."""
     env = {"device": gpu.get("name"), "torch": gpu.get("torch_version"), "runtime": gpu.get("runtime_version"),
            "python": platform.python_version()}
     try:
@@ -27,6 +29,7 @@ def environment(gpu: dict) -> dict:
     except Exception:  # noqa: BLE001 - the report is still useful without it
         env["tilelang"] = "unavailable"
     env["git_commit"] = _git_commit()
+    env["command"] = _command()
     run_target = gpu.get("run_target")
     if run_target in {t.value for t in TARGETS}:
         env.update(TARGETS[Target(run_target)].device_environment())
@@ -43,6 +46,13 @@ def _run(cmd: list[str]) -> str:
 def _git_commit() -> str:
     """TILEGEN_GIT_COMMIT when set (a copy of the tree run elsewhere may carry a stale .git), else git's HEAD."""
     return os.environ.get("TILEGEN_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"]).strip() or "unknown"
+
+
+def _command() -> str:
+    """The command line this process was started with, as typed: `tilegen verify NAME ...` (`python -m codegen`
+    is the same CLI and shown so); another program (a benchmark script) by its file name."""
+    prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "tilegen"
+    return shlex.join(["tilegen" if prog in ("tilegen", "__main__.py") else prog, *sys.argv[1:]])
 
 
 def device_slug(name: str) -> str:

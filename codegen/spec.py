@@ -26,7 +26,16 @@ Tm = TypeVar("Tm", bound=BaseModel)
 MAX_INT32 = 2**31 - 1  # every size and count (shapes, tiles, threads, unroll): TileLang shapes are int32 [int32]
 MAX_SHAPES = 256  # shapes per spec [too_long]
 MAX_INSTANCES = 1024  # kernel instances (spec entries x targets) in one spec set [instance_limit]
-MAX_FP32 = 3.4028234663852886e38  # eps and softmax_scale become fp32 literals of the kernel [fp32_range]
+# points of one search space `tilegen tune` expands by default (`--max-points` raises it) [search_points]. Each
+# goes through the family's rules and, when legal and new, is rendered (100-1,700 points a second measured on one
+# core: seconds for 512), then is built for real at every shape (4-15 s a build on one core): 512 points all legal
+# and distinct are about 2-8 minutes of builds a shape on 16 cores (docs/limits.md). The committed spaces have at
+# most 192 points.
+MAX_POINTS = 512
+# eps and softmax_scale become fp32 literals of the kernel: each must be a normal fp32 [fp32_range] -- a value
+# below the smallest normal one is a subnormal (flushed to zero by the GPU's fp32 arithmetic) or rounds to 0
+MAX_FP32 = 3.4028234663852886e38  # the largest fp32
+MIN_NORMAL_FP32 = 1.1754943508222875e-38  # the smallest normal fp32, 2**-126
 
 
 def _int32(value: int) -> int:
@@ -36,29 +45,19 @@ def _int32(value: int) -> int:
 
 
 def _fp32(value: float) -> float:
-    if value > MAX_FP32:
-        raise PydanticCustomError("fp32_range", f"must be at most {MAX_FP32:.7g}, the largest fp32: the kernel "
-                                  "computes with it in fp32")
-    return value
-
-
-FP32_MIN_NORMAL = 2.0**-126
-
-
-def _fp32_normal(value: float) -> float:
-    if not FP32_MIN_NORMAL <= abs(value) <= MAX_FP32:
-        raise PydanticCustomError("fp32_normal", f"must be a normal fp32 number, {FP32_MIN_NORMAL:.7g} <= |x| <= "
-                                  f"{MAX_FP32:.7g}: the kernel multiplies by it in fp32")
+    if not MIN_NORMAL_FP32 <= abs(value) <= MAX_FP32:
+        raise PydanticCustomError("fp32_range", f"must be a normal fp32, from {MIN_NORMAL_FP32:.7g} to {MAX_FP32:.7g}: "
+                                  "the kernel computes with it in fp32")
     return value
 
 
 PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
-# a number > 0 that is finite (inf and nan are refused [finite_number]) and a finite fp32
+# a number > 0 that is finite (inf and nan are refused [finite_number]) and a normal fp32 [fp32_range]
 PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]
-# a finite normal fp32 number of either sign (0, subnormals, inf and nan refused) [fp32_normal]
-NormalFp32 = Annotated[StrictFloat, Field(allow_inf_nan=False), AfterValidator(_fp32_normal)]
-# verify's tolerance multiplier (README "Verification"); < 1 tightens, > 1 loosens
+# a finite normal fp32 number of either sign (0, subnormals, inf and nan refused) [finite_number, fp32_range]
+NormalFp32 = Annotated[StrictFloat, Field(allow_inf_nan=False), AfterValidator(_fp32)]
+# verify's tolerance multiplier (docs/verification.md); < 1 tightens, > 1 loosens
 ToleranceScale = Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)]
 
 NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"

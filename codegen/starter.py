@@ -21,7 +21,7 @@ def _name_used(name: str, spec_paths: list[Path], root: Path) -> Location | None
     """Where a spec of the set under `spec_paths` is named `name`, or None. Read leniently: a file
     with other errors still counts (its names are taken from the YAML as written), one that cannot be
     read or parsed at all is passed over (`tilegen validate` reports it)."""
-    for f in find_spec_files([p for p in spec_paths if p.exists()]):
+    for f in find_spec_files([p for p in spec_paths if p.exists()], root):
         try:
             shown = display_path(f, root)
             doc = load_yaml(read_spec_text(f, shown), shown)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,15 +25,16 @@ from pydantic import BaseModel
 
 from codegen.build import BuildOptions, BuildReport, build_files, dump_json
 from codegen.columns import Column, markdown_table
-from codegen.errors import TilegenError
+from codegen.errors import SpecError, TilegenError
 from codegen.events import OnEvent, ignore
 from codegen.families import family_for_op
 from codegen.files import write_text_atomic
 from codegen.hardware import Target
 from codegen.instance import grid_limit
 from codegen.load import LoadedSpec
+from codegen.project import confined
 from codegen.render import RenderedFile, render_all
-from codegen.spec import search_values
+from codegen.spec import MAX_POINTS, search_values
 from codegen.targets import TARGETS
 
 REPORT_DIR = Path("reports") / "tune"
@@ -87,12 +89,33 @@ def space_of(spec: BaseModel, target: Target) -> list[tuple[str, list]]:
     return search_values(block)
 
 
-def expand(spec: BaseModel, target: Target) -> list[Values]:
-    """Every point of the spec's search space for `target`: the cartesian product in the search block's
-    field order, each tunable's values in the order written (deterministic)."""
+def space_size(spec: BaseModel, target: Target) -> int:
+    """How many points the spec's search space for `target` has: the product of its lists' lengths, computed
+    from the lengths alone (nothing is expanded)."""
+    return math.prod(len(values) for _, values in space_of(spec, target))
+
+
+def check_space(loaded: LoadedSpec, target: Target, max_points: int = MAX_POINTS) -> int:
+    """The size of the search space, refused [search_points] at its `search.<target>` block when it is over
+    `max_points` -- before any point is expanded, so a space of 10**30 points costs what one of 10 does."""
+    axes = space_of(loaded.spec, target)
+    size = space_size(loaded.spec, target)
+    if size > max_points:
+        product = " x ".join(f"{len(values)} {name}" for name, values in axes)
+        raise SpecError(loaded.locate(("search", target.value), key=True),
+                        f"search.{target.value}: {size} points ({product}) is over the limit of {max_points} a "
+                        "tune expands: list fewer values, or raise the limit with `tilegen tune --max-points`",
+                        "search_points")
+    return size
+
+
+def expand(spec: BaseModel, target: Target) -> Iterator[Values]:
+    """Every point of the spec's search space for `target`, one at a time (itertools.product: memory does not
+    grow with the number of points): the cartesian product in the search block's field order, each tunable's
+    values in the order written (deterministic)."""
     axes = space_of(spec, target)
     names = [name for name, _ in axes]
-    return [tuple(zip(names, combo)) for combo in itertools.product(*(vals for _, vals in axes))]
+    return (tuple(zip(names, combo)) for combo in itertools.product(*(vals for _, vals in axes)))
 
 
 def hand_values(spec: BaseModel, target: Target) -> Values:
@@ -148,7 +171,7 @@ class Partition:
         return dict(sorted(Counter(r for p in self.points for r in p.rules).items()))
 
 
-def constrain(loaded: LoadedSpec, target: Target, points: list[Values]) -> Partition:
+def constrain(loaded: LoadedSpec, target: Target, points: Iterable[Values]) -> Partition:
     """Run every rule of the spec's family on each point (the hand configuration first); a point that breaks
     any is counted under each rule it breaks; a legal point whose kernel equals an earlier one's is marked
     same_kernel. Nothing is dropped: every point comes back with its fate."""
@@ -158,7 +181,7 @@ def constrain(loaded: LoadedSpec, target: Target, points: list[Values]) -> Parti
     base = hand_spec(spec, target)
     files: dict[str, RenderedFile] = {}
     out: list[Point] = []
-    for index, values in [(-1, hand_values(spec, target)), *enumerate(points)]:
+    for index, values in itertools.chain([(-1, hand_values(spec, target))], enumerate(points)):
         candidate = apply_point(base, values)
         violations = fam.check(candidate, tspec)
         inst = fam.instance(candidate, tspec, loaded.doc.file)
@@ -418,7 +441,7 @@ def plot_candidates(measured: dict[str, object], path: Path) -> bool:
 def write_report(root: Path, result: TuneResult) -> tuple[Path, ...]:
     """reports/tune/<spec>_<target>.{json,md} (and .png, the measured candidates' plot), written only when the
     content changed."""
-    stem = root / REPORT_DIR / f"{result.spec_name}_{result.target.value}"
+    stem = confined(root, root / REPORT_DIR / f"{result.spec_name}_{result.target.value}")
     written = []
     if result.measured is not None and plot_candidates(result.measured, stem.with_suffix(".png")):
         written.append(stem.with_suffix(".png"))
@@ -432,15 +455,16 @@ def write_report(root: Path, result: TuneResult) -> tuple[Path, ...]:
 
 def tune_static(loaded: LoadedSpec, target: Target, root: Path, opts: BuildOptions, *,
                 build: Callable[..., BuildReport] = build_files, on_stage=None,
-                on_event: OnEvent = ignore) -> TuneResult:
-    """expand -> constrain -> build/prune -> static rank (where the target has one)."""
+                on_event: OnEvent = ignore, max_points: int = MAX_POINTS) -> TuneResult:
+    """expand -> constrain -> build/prune -> static rank (where the target has one). A space of more than
+    `max_points` points is refused before anything is expanded (check_space)."""
     spec = loaded.spec
     if target not in spec.targets:
         raise TilegenError(f"{spec.name}: {target.value} is not in its targets")
     stage = on_stage or (lambda *_: None)
-    points = expand(spec, target)
-    stage("expand", f"{len(points)} points")
-    part = constrain(loaded, target, points)
+    size = check_space(loaded, target, max_points)
+    stage("expand", f"{size} points")
+    part = constrain(loaded, target, expand(spec, target))
     stage("constrain", f"{sum(1 for p in part.points if p.rules)} rejected by rules, {len(part.files)} distinct kernels")
     part, _ = prune(part, root, opts, build=build, on_event=on_event)
     stage("build", f"{sum(1 for p in part.points if p.pruned)} pruned")

@@ -112,8 +112,8 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     per_shape, entries = [], []
     for s in sorted({s for (_, s) in times}):
         ranked = sorted((p for p in alive if (p.uri, s) in times), key=lambda p: (statistics.median(times[(p.uri, s)]), p.uri))
-        cands = [Candidate(uri=p.uri, tunables=p.tunables(), time_ms=round(statistics.median(times[(p.uri, s)]), 6))
-                 for p in ranked]
+        cands = [Candidate(uri=p.uri, tunables=p.tunables(), time_ms=round(statistics.median(times[(p.uri, s)]), 6),
+                           code_sha256=files[p.uri].code_sha256) for p in ranked]
         hand_ms = statistics.median(times[(hand_uri, s)]) if (hand_uri, s) in times else None
         per_shape.append({"shape": list(s), "winner": cands[0].to_json(),
                           "runner_up": cands[1].to_json() if len(cands) > 1 else None,

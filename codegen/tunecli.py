@@ -16,6 +16,7 @@ from codegen.load import LoadedSpec, load_spec_files
 from codegen.lockfile import (
     LockFile,
     check_lockfiles,
+    check_present,
     gpu_versions,
     local_versions,
     lock_path,
@@ -23,7 +24,7 @@ from codegen.lockfile import (
     write_lockfile,
 )
 from codegen.pipeline import Project
-from codegen.tune import TuneResult, survivor_columns, tune_static, write_report
+from codegen.tune import MAX_POINTS, TuneResult, check_space, survivor_columns, tune_static, write_report
 
 
 def _loaded(project: Project) -> list[LoadedSpec]:
@@ -34,10 +35,13 @@ def _loaded(project: Project) -> list[LoadedSpec]:
 
 def run_tune(project: Project, name: str, targets: list[Target] | None, *, static: bool, budget: str,
              opts: BuildOptions, timeout_s: float, out: Console, err: Console,
-             gpus: int | None = None, ray: str | None = None, profile_top: int = 0) -> list[TuneResult]:
+             gpus: int | None = None, ray: str | None = None, profile_top: int = 0,
+             max_points: int = MAX_POINTS) -> list[TuneResult]:
     """`tilegen tune NAME`: for each target of the spec with a `search:` block (or those asked for), the
     static stages, then measured selection on the GPU present unless `static`; writes
-    reports/tune/<spec>_<target>.{json,md} and, when measured, tuned/<target>/<device>.json."""
+    reports/tune/<spec>_<target>.{json,md} and, when measured, tuned/<target>/<device>.json. Before anything
+    runs: every search space is within `max_points` (codegen.tune.check_space) and the lockfile to be merged
+    into, if any, is a valid one of this GPU."""
     if profile_top and static:
         raise TilegenError("--profile-top profiles the best measured candidates: it needs measured selection, not --static")
     loaded = _loaded(project)
@@ -65,6 +69,11 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             gpu = gpu.using(gpus)
         except ValueError as exc:
             raise TilegenError(str(exc)) from None
+    for target in chosen:  # every target refused or sized before anything runs
+        if target not in ls.spec.targets:
+            raise TilegenError(f"{name}: {target.value} is not in its targets")
+        check_space(ls, target, max_points)
+    locks = {t: _lock_to_merge(project, t, gpu) for t in chosen} if gpu is not None else {}
     if ray is not None:
         opts = replace(opts, ray=ray)
         err.print(f"Ray cluster {ray}: builds one CPU each{', cases one GPU each' if gpu else ''}", markup=False)
@@ -72,7 +81,7 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
     for target in chosen:
         err.print(f"[bold]tune {name} on {target.value}[/]")
         with UI(out, err) as ui:
-            result = tune_static(ls, target, project.root, opts, on_event=ui.event,
+            result = tune_static(ls, target, project.root, opts, on_event=ui.event, max_points=max_points,
                                  on_stage=lambda stage, what: err.print(f"  {stage}: {what}", markup=False))
         if gpu is not None:
             from codegen.tune_measure import measure
@@ -83,8 +92,7 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             if profile_top:
                 doc = _profile_top(result, doc, profile_top, gpu, project, timeout_s, out, err)
             result = replace(result, measured=doc)
-            path = lock_path(project.root, target, gpu.name)
-            lock = read_lockfile(path) if path.is_file() else LockFile(target=target, device=gpu.name)
+            path, lock = locks[target]
             if write_lockfile(path, lock.merged(entries)):
                 err.print(f"wrote {path.relative_to(project.root)}", markup=False)
             for s in doc["shapes"]:
@@ -101,6 +109,19 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             err.print(f"wrote {p.relative_to(project.root)}", markup=False)
         results.append(replace(result, written=written))
     return results
+
+
+def _lock_to_merge(project: Project, target: Target, gpu) -> tuple:
+    """(path, lockfile) that a measured tune of `target` on `gpu` merges its entries into: the existing one,
+    validated (a file that is not a valid lockfile of this GPU is refused before anything is measured), or a
+    new, empty one."""
+    path = project.path(lock_path(project.root, target, gpu.name).relative_to(project.root))
+    shown = path.relative_to(project.root).as_posix()
+    if not path.exists() and not path.is_symlink():
+        return path, LockFile(target=target, device=gpu.name)
+    lock = read_lockfile(path, shown=shown, target=target)
+    check_present(lock, shown, (gpu.name, gpu.run_target))
+    return path, lock
 
 
 def cluster_gpu(address: str):
@@ -129,8 +150,11 @@ def _profile_top(result: TuneResult, doc: dict, top: int, gpu, project: Project,
     return {**doc, "profiled": [r.to_json() for r in rows]}
 
 
-def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console) -> bool:
-    """`tilegen tune --check`: stale entries and misses, one line each; True when there are none."""
+def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console,
+              strict: bool = False) -> bool:
+    """`tilegen tune --check`: stale entries and misses, one line each. False (exit 1) on any stale entry -- a
+    lockfile that no longer answers for the spec set -- and, with `strict`, on any miss too; a miss alone (a
+    searched shape not tuned yet on some device: its hand configuration serves it) is listed, not an error."""
     from codegen.gpu import NoGpu, detect_gpu
 
     versions = local_versions()
@@ -139,19 +163,29 @@ def run_check(project: Project, targets: list[Target] | None, *, out: Console, e
         device_versions = (gpu.name, gpu_versions(gpu))
     except NoGpu:
         gpu = device_versions = None
-    report = check_lockfiles(project.root, _loaded(project), versions, targets, device_versions=device_versions)
+    report = check_lockfiles(project.root, _loaded(project), versions, targets, device_versions=device_versions,
+                             gpu_present=(gpu.name, gpu.run_target) if gpu else None)
+    for line in report.invalid:
+        err.print(line, markup=False)
     for f in (*report.stale, *report.misses):
         err.print(f.line(), markup=False)
     if report.not_compared:
         where = f"only {gpu.name}'s lockfile is compared with this {gpu.name}" if gpu else "no GPU here"
         err.print(f"not compared ({where}): {', '.join(report.not_compared)}", markup=False)
+    if not report.stale and not report.invalid and report.misses and not strict:
+        out.print(f"tuned/ has no stale entry ({report.entries} entr{'y' if report.entries == 1 else 'ies'}); "
+                  f"{len(report.misses)} searched shape(s) not tuned yet, served by their hand configurations "
+                  "(`tilegen tune --all` on the device tunes them; --strict makes this an error)", markup=False)
+        return True
     if report.clean:
         out.print(f"tuned/ is up to date: {report.entries} entr{'y' if report.entries == 1 else 'ies'} "
                   f"(versions compared: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}"
                   f"{f'; on {gpu.name} also ' + ', '.join(f'{k} {v}' for k, v in sorted(device_versions[1].items())) if gpu else ''})",
                   markup=False)
         return True
-    err.print(f"error: {len(report.stale)} stale, {len(report.misses)} missing: run `tilegen tune NAME` on the device",
-              markup=False)
+    parts = [f"{len(report.invalid)} invalid lockfile(s): fix or remove them"] if report.invalid else []
+    if report.stale or report.misses:
+        parts.append(f"{len(report.stale)} stale, {len(report.misses)} missing: run `tilegen tune NAME` on the device")
+    err.print(f"error: {'; '.join(parts)}", markup=False)
     return False
 

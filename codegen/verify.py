@@ -1,7 +1,7 @@
 """Numerical verification against a torch fp32 reference, with negative controls.
 
 Each family's numerics (codegen/families/<family>/numerics.py) give the inputs, the fp32 reference
-with a modelled error magnitude per element, and the tolerance (documented in README "Verification"):
+with a modelled error magnitude per element, and the tolerance (documented in docs/verification.md):
 a bound per output element from the output dtype's rounding plus a model of the kernel's arithmetic
 error, only the model scaled by the spec's verify_tolerance_scale. The check passes only if *no*
 element exceeds its tolerance, and only counts as verified if every applicable negative control (a

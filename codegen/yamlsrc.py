@@ -31,7 +31,7 @@ class YamlLimits:
     """What one spec file may cost; over a limit is a one-line error [yaml_limit]. The seeds in specs/ are
     at most 3.2 KB and 500 nodes; a spec with 256 flow-style shapes is about 1,900 nodes. PyYAML's pure-Python
     scanner and composer take ~1 s for 20,000 nodes of spec text or 1 MiB of blank lines, so these keep a file
-    just inside every limit to about a second; one over a limit is refused in well under that (README "Bad input")."""
+    just inside every limit to about a second; one over a limit is refused in well under that (docs/limits.md)."""
 
     max_bytes: int = 256 * 1024  # checked before the text is read in full or parsed
     max_depth: int = 32  # nested lists/mappings, aliases expanded (a spec needs 4)
@@ -42,17 +42,23 @@ class YamlLimits:
 LIMITS = YamlLimits()
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+MAX_KEY_SHOWN = 60  # a longer key is shown cut, with its length
+
+
 def format_path(path: FieldPath) -> str:
-    """`("tiling", "threads")` -> `tiling.threads`; `("shapes", 0, "m")` -> `shapes[0].m`. A key that is not
-    printable on one line is shown quoted and escaped (`['a\\nb']`)."""
+    """`("tiling", "threads")` -> `tiling.threads`; `("shapes", 0, "m")` -> `shapes[0].m`. A key that is not a
+    plain name (a bracket, a dot, a space, a control character: `a[0]`, an ANSI escape) is shown quoted and
+    escaped, so it reads as one key on one line: `['a[0]']`, `['\\x1b[31m']`; a very long one is cut."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif not part.isprintable() or not part:
-            out += f"[{part!r}]"
-        else:
+        elif _PLAIN_KEY.fullmatch(part) and len(part) <= MAX_KEY_SHOWN:
             out += f".{part}" if out else part
+        else:
+            shown = part if len(part) <= MAX_KEY_SHOWN else f"{part[:MAX_KEY_SHOWN]}... ({len(part)} characters)"
+            out += f"[{shown!a}]"
     return out
 
 

@@ -102,7 +102,7 @@ def test_static_sweep_spaces_load_and_every_point_is_refused_by_a_rule_or_kept()
         for ls in parse_specs(path.read_text(), f"benchmarks/static_sweep/{path.name}"):
             names.append(ls.spec.name)
             for target in (Target.GFX942, Target.SM_90):
-                points = expand(ls.spec, target)
+                points = list(expand(ls.spec, target))
                 part = constrain(ls, target, points)
                 assert len(part.points) == len(points) > 1
                 assert sum(part.rejected_by_rule.values()) >= sum(bool(p.rules) for p in part.points)

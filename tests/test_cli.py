@@ -125,7 +125,7 @@ def test_gen_into_an_empty_tree_then_check(project: Path):
     assert tree(project / "generated") == tree(REPO_ROOT / "generated")
     again = invoke("gen")
     assert again.stdout.splitlines() == [f"0 written, {n + 1} unchanged, 0 removed"]
-    assert ("gemv_fp16_decode 1x4096x4096 on sm_90: tuned on NVIDIA H200 -> gemv_fp16_nt_16x8x256_t256_u8_sm90_2c52cf"
+    assert ("gemv_fp16_decode 1x4096x4096 on sm_90: tuned on NVIDIA H200 -> gemv_fp16_nt_16x8x256_t256_u8_sm90_3d9e5b"
             in again.stderr.splitlines())  # the committed lockfile's winner, said beside the output
     assert invoke("gen", "--check").exit_code == 0
 
@@ -321,3 +321,84 @@ def test_tilelang_log_lines_only_with_verbose(verbose: bool, tmp_path: Path, mon
     finally:
         workers.set_tilelang_log_level(logging.WARNING)
     assert ("[TileLang:" in out) == verbose, out
+
+
+# ---- CLI habits: version, completion, whole names in `list`, help text as written -----------------------
+
+def test_version_is_the_package_version():
+    import tomllib
+
+    import codegen
+
+    result = runner.invoke(app, ["--version"], prog_name="tilegen")
+    assert result.exit_code == 0 and result.stdout == f"tilegen {codegen.__version__}\n"
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" in pyproject["project"]["dynamic"]  # the wheel's version is the same attribute
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "codegen.__version__"}
+
+
+def test_shell_completion_is_typers_own():
+    result = runner.invoke(app, ["--show-completion", "bash"], prog_name="tilegen")
+    assert result.exit_code == 0
+    assert "_TILEGEN_COMPLETE=complete_bash" in result.stdout and "complete -o default -F" in result.stdout
+    helptext = runner.invoke(app, ["--help"], prog_name="tilegen", env={"COLUMNS": "200"}).stdout
+    assert "--install-completion" in helptext and "--show-completion" in helptext and "--version" in helptext
+
+
+def _terminal_list(monkeypatch, columns: int, *args: str) -> list[str]:
+    """`tilegen list` on a terminal `columns` wide (COLUMNS, as a shell sets it): its lines."""
+    import io
+
+    from rich.console import Console
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    buf = io.StringIO()
+    terminal = Console(file=buf, force_terminal=True, color_system=None, highlight=False, soft_wrap=True)
+    assert terminal.width == columns and terminal.is_terminal
+    monkeypatch.setattr(cli, "out", terminal)
+    assert invoke("list", *args).exit_code == 0
+    return buf.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("columns", [60, 100, 400])
+def test_list_on_a_terminal_shows_whole_kernel_names(monkeypatch, columns):
+    uris = [f.uri for f in Project().rendered()]
+    assert max(map(len, uris)) > 60  # a name longer than the narrowest terminal here
+    lines = _terminal_list(monkeypatch, columns)
+    assert not any("…" in line for line in lines)
+    cells = [cell.strip() for line in lines for cell in line.strip("│┃ ").split("│")]
+    for uri in uris:  # each name whole in one cell of the table, or on a line of its own
+        assert uri in cells, (columns, uri)
+    if columns == 60:  # too narrow for the table: a name a line, its other columns under it
+        assert [line for line in lines if not line.startswith(" ")] == uris
+        assert all(len(line.rstrip()) <= columns for line in lines if line.startswith(" "))
+
+
+def test_list_names_prints_only_the_names():
+    result = invoke("list", "--names", "--target", "sm_90")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == [f.uri for f in Project().rendered(targets=[Target.SM_90])]
+
+
+def _commands(command, path=()):
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _commands(sub, (*path, name))
+
+
+def test_every_help_text_is_shown_as_written():
+    """Every command's and option's help appears in its --help as written (rich markup would eat a `[word]`
+    and leave `; .`), with no stray punctuation."""
+    import re
+
+    import typer
+
+    def flat(text: str) -> str:
+        return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+    for path, command in _commands(typer.main.get_command(app)):
+        shown = flat(runner.invoke(app, [*path, "--help"], prog_name="tilegen", env={"COLUMNS": "400"}).stdout)
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        for text in filter(None, texts):
+            assert flat(text) in shown, (path, text)
+            assert not re.search(r"[;,:]\s*\.(\s|$)|\s[;,]|\s\.(\s|$)", text), (path, text)

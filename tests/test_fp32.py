@@ -87,9 +87,9 @@ def test_ieee_is_the_default_and_only_fp32_kernels_carry_a_precision():
         Target.GFX942: ("ieee", "mma"), Target.SM_90: ("ieee", "fma")}
     fp16 = _inst("gemm_fp16_nt")
     assert fp16.precision is None and fp16.template == "gemm.py.j2"
-    # the fields are left out of a non-fp32 kernel's configuration hash: adding them renamed nothing
-    assert "precision" not in json.loads(fp16.canonical("0" * 64))
-    assert "precision" in json.loads(_inst("gemm_fp32_tf32").canonical("0" * 64))
+    # every field is in the configuration, at its value: null for a non-fp32 kernel
+    assert json.loads(fp16.canonical())["precision"] is None
+    assert json.loads(_inst("gemm_fp32_tf32").canonical())["precision"] == "tf32"
 
 
 def test_the_tf32_tiles_count_in_lds():

@@ -10,6 +10,7 @@ deeply), and random mutations of every seed spec in specs/*.yaml.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import sys
@@ -260,3 +261,100 @@ def test_the_check_can_fail(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(sys.modules[__name__], "build_instances", lambda loaded: [])
     with pytest.raises(AssertionError, match="MiB"):
         check("")
+
+
+# ---- (c) the lockfile reader ------------------------------------------------------------------------------------
+# Whatever the text, codegen.lockfile.parse_lockfile returns a LockFile every value of which is what the schema
+# promises, or raises LockfileError: one line `FILE: ... [lockfile_<rule>]` -- never another exception.
+
+LOCK_FILE = "tuned/sm_90/NVIDIA_H200.json"
+LOCK_LINE = re.compile(re.escape(LOCK_FILE) + r": .* \[lockfile_[a-z]+\]")
+LOCK_SEED = (Path(__file__).resolve().parents[1] / "tuned" / "sm_90" / "NVIDIA_H200.json").read_text()
+LOCK_SEED_VALUE = json.loads(LOCK_SEED)
+JSON_PIECES = ['{', '}', '[', ']', ':', ',', '"', '\\', '"format"', '"entries"', '"shape"', '"time_ms"', '1', '1.9',
+               '-0', '1e400', '-1e400', 'NaN', 'Infinity', '-Infinity', 'true', 'null', '9' * 30, '"\\u0000"',
+               '"\\ud800"', '"\x1b[31m"', ' ', '\n', '\x00', '\ufeff']
+LOCK_HOSTILE = st.one_of(SPECIAL, SCALARS, st.sampled_from([1.9, 1e400, -1e400, 0.0, True, False, "NaN", "1", "a" * 600,
+                                                            "\x1b[31m", "NVIDIA H100", 2**40, [[[[[[[[[1]]]]]]]]]]),
+                         st.lists(SCALARS, max_size=4), st.dictionaries(st.text(max_size=8), SCALARS, max_size=3))
+
+
+def check_lock(text: str):
+    """Parse `text` as the lockfile of sm_90 on an NVIDIA H200; assert a clean result or one clean line, in bounds."""
+    from codegen.hardware import Target
+    from codegen.lockfile import LockfileError, parse_lockfile
+
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        lock = parse_lockfile(text, LOCK_FILE, file_name="NVIDIA_H200.json", target=Target.SM_90)
+        line = None
+    except LockfileError as exc:
+        lock, line = None, str(exc)
+    finally:
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    if line is not None:
+        assert LOCK_LINE.fullmatch(line), line
+    else:
+        keys = [e.key for e in lock.entries]
+        assert len(keys) == len(set(keys))
+        assert all(e.device == lock.device == "NVIDIA H200" for e in lock.entries)
+        for e in lock.entries:
+            assert e.shape and all(type(s) is int and 0 < s <= MAX_INT32 for s in e.shape)
+            for c in (e.winner, e.runner_up) if e.runner_up else (e.winner,):
+                assert type(c.time_ms) is float and math.isfinite(c.time_ms) and c.time_ms > 0
+                assert all(type(v) in (int, str, bool) for v in c.tunables.values())
+    assert elapsed < CASE_SECONDS and peak < CASE_PEAK_BYTES
+    return line
+
+
+@st.composite
+def mutated_lockfiles(draw) -> str:
+    """The committed lockfile with 1-3 structural edits (a value replaced by a hostile one, a key deleted,
+    renamed or copied, an entry repeated), dumped as JSON (NaN and Infinity as Python writes them), or with
+    1-3 text edits (JSON junk inserted, a slice deleted)."""
+    if draw(st.booleans()):
+        value = LOCK_SEED_VALUE
+        for _ in range(draw(st.integers(1, 3))):
+            if draw(st.integers(0, 5)) == 0 and isinstance(value, dict) and isinstance(value.get("entries"), list) \
+                    and value["entries"]:
+                entries = value["entries"]
+                value = {**value, "entries": [*entries, draw(st.sampled_from(entries))]}
+            else:
+                value = _mutate_tree(draw, value)
+        return json.dumps(value, indent=draw(st.sampled_from([None, 2])))
+    text = LOCK_SEED
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(text)))
+        if draw(st.booleans()):
+            text = text[:at] + draw(st.sampled_from(JSON_PIECES)) + text[at:]
+        else:
+            text = text[:at] + text[at + draw(st.integers(1, 40)):]
+    return text
+
+
+@FUZZ
+@given(mutated_lockfiles())
+def test_mutated_lockfiles(text):
+    check_lock(text)
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=300), st.lists(st.sampled_from(JSON_PIECES), max_size=150).map("".join),
+                 st.recursive(LOCK_HOSTILE, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                              st.dictionaries(st.sampled_from(["format", "target", "device", "entries", "x"]), inner,
+                                              max_size=4)), max_leaves=20).map(json.dumps)))
+def test_random_lockfile_text(text):
+    check_lock(text)
+
+
+def test_the_lockfile_seed_passes_and_the_check_can_fail():
+    """The committed lockfile is accepted (the mutations start from a valid file); a foreign exception, a second
+    line and a line without the rule each fail `check_lock`."""
+    assert check_lock(LOCK_SEED) is None
+    for bad in (f"{LOCK_FILE}: no rule", f"{LOCK_FILE}: two\nlines [lockfile_json]", "elsewhere: x [lockfile_json]"):
+        assert not LOCK_LINE.fullmatch(bad)
+    with mock.patch("codegen.lockfile.parse_lockfile", side_effect=RecursionError()), pytest.raises(RecursionError):
+        check_lock(LOCK_SEED)

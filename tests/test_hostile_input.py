@@ -259,15 +259,15 @@ def test_too_many_kernel_instances_across_files(tmp_path: Path, monkeypatch: pyt
         (NORM, "eps: 1.0e-6", "eps: .inf", "specs/x.yaml:4:8: eps=inf: Input should be a finite number [finite_number]"),
         (NORM, "eps: 1.0e-6", "eps: .nan", "specs/x.yaml:4:8: eps=nan: Input should be a finite number [finite_number]"),
         (NORM, "eps: 1.0e-6", "eps: 1.0e39",
-         ("specs/x.yaml:4:8: eps=1e+39: must be at most 3.402823e+38, the largest fp32: the kernel computes with it in "
-         "fp32 [fp32_range]")),
+         ("specs/x.yaml:4:8: eps=1e+39: must be a normal fp32, from 1.175494e-38 to 3.402823e+38: the kernel computes "
+          "with it in fp32 [fp32_range]")),
         (ATTENTION, "softmax_scale: 0.125", "softmax_scale: .inf",
          "specs/x.yaml:7:18: softmax_scale=inf: Input should be a finite number [finite_number]"),
         (ATTENTION, "softmax_scale: 0.125", "softmax_scale: -.nan",
          "specs/x.yaml:7:18: softmax_scale='-.nan': Input should be a valid number [float_type]"),
         (ATTENTION, "softmax_scale: 0.125", "softmax_scale: 1.0e308",
-         ("specs/x.yaml:7:18: softmax_scale=1e+308: must be at most 3.402823e+38, the largest fp32: the kernel computes "
-         "with it in fp32 [fp32_range]")),
+         ("specs/x.yaml:7:18: softmax_scale=1e+308: must be a normal fp32, from 1.175494e-38 to 3.402823e+38: the "
+          "kernel computes with it in fp32 [fp32_range]")),
         (GEMM, "  targets:", "  verify_tolerance_scale: .nan\n  targets:",
          "specs/x.yaml:7:27: verify_tolerance_scale=nan: Input should be a finite number [finite_number]"),
     ],

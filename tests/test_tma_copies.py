@@ -128,16 +128,17 @@ def test_the_c_tile_counts_against_shared_memory_where_it_is_the_larger():
     assert files(edit(big, "  epilogue: shared\n", ""))  # without the C tile it fits
 
 
-# ---- names: the defaults are the kernels they always were -----------------------------------------
+# ---- names: the defaults are one kernel, the options are in the name ----------------------------------
 
-def test_the_defaults_rename_nothing_and_the_options_are_in_the_name():
+def test_the_defaults_are_the_plain_kernel_and_the_options_are_in_the_name():
     bare = edit(edit(BASE, "  b_eviction: first\n", ""), "  epilogue: shared\n", "")
     explicit = edit(edit(BASE, "b_eviction: first", "b_eviction: normal"), "epilogue: shared", "epilogue: direct")
     plain, spelled = files(bare), files(explicit)
     assert [f.uri for f in plain] == [f.uri for f in spelled] and [f.text for f in plain] == [f.text for f in spelled]
     for f in spelled:
-        canonical = f.instance.canonical("")
-        assert f.instance.template == "gemm.py.j2" and '"b_eviction"' not in canonical and '"epilogue"' not in canonical
+        canonical = f.instance.canonical()
+        assert f.instance.template == "gemm.py.j2" and '"b_eviction":"normal"' in canonical
+        assert '"epilogue":"direct"' in canonical
     by_target = {f.instance.target: f for f in files()}
     # gfx942 has no TMA: the top-level options are sm_90's, and the gfx942 kernel is the plain one
     assert by_target[Target.GFX942].uri == next(f.uri for f in plain if f.instance.target == Target.GFX942)
@@ -149,11 +150,11 @@ def test_the_defaults_rename_nothing_and_the_options_are_in_the_name():
     assert "_epis_sm90_" in only_epilogue and "_ev" not in only_epilogue
 
 
-def test_committed_kernels_keep_their_template():
+def test_committed_kernels_without_the_options_keep_their_template():
     for f in Project().rendered():
         if f.instance.op == "gemm" and f.instance.template != TMA_TEMPLATE:
-            canonical = f.instance.canonical("")
-            assert '"b_eviction"' not in canonical and '"epilogue"' not in canonical, f.uri
+            canonical = f.instance.canonical()
+            assert '"b_eviction":"normal"' in canonical and '"epilogue":"direct"' in canonical, f.uri
     assert SEED_FILE.instance.template == TMA_TEMPLATE and SEED_FILE.instance.target == Target.SM_90
 
 

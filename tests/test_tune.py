@@ -106,11 +106,11 @@ def test_gen_ignores_the_search_block():
 # ---- expand and constrain --------------------------------------------------------------------------
 
 def test_expansion_is_the_ordered_product():
-    points = expand(loaded().spec, Target.GFX942)
+    points = list(expand(loaded().spec, Target.GFX942))
     assert len(points) == 8
     assert points[0] == (("tiling.block_m", 64), ("tiling.block_k", 32), ("pipeline.stages", 1))
     assert points[-1] == (("tiling.block_m", 128), ("tiling.block_k", 256), ("pipeline.stages", 2))
-    assert points == expand(loaded().spec, Target.GFX942)  # deterministic
+    assert points == list(expand(loaded().spec, Target.GFX942))  # deterministic
     assert hand_values(loaded().spec, Target.GFX942) == (("tiling.block_m", 64), ("tiling.block_k", 32),
                                                          ("pipeline.stages", 2))
     with pytest.raises(TilegenError, match=r"no `search.sm_90` block"):
@@ -228,21 +228,23 @@ SM90 = BASE + "    sm_90:\n      pipeline: {stages: [2, 3]}\n"
 def _entry(ls, **kw) -> LockEntry:
     base = {"spec": "g", "hand_hash": hand_hash(ls, Target.SM_90), "shape": (256, 256, 256), "device": "NVIDIA H200",
                 "versions": {"tilelang": "0.1.15", "torch": "2.8.0", "runtime": "CUDA 12.8", "driver": "570.1"},
-                "winner": Candidate(uri="", tunables={"pipeline.stages": 3}, time_ms=0.01),
-                "runner_up": Candidate(uri="x", tunables={"pipeline.stages": 2}, time_ms=0.02), "strategy": "test"}
+                "winner": _candidate(ls, 3, 0.01), "runner_up": _candidate(ls, 2, 0.02), "strategy": "test"}
     return LockEntry(**(base | kw))
 
 
-def _winner_uri(ls) -> str:
+def _candidate(ls, stages: int, time_ms: float) -> Candidate:
+    """The lockfile candidate of the spec's sm_90 kernel at `stages`: its name and code hash as rendered today."""
     from codegen.tune import constrain as c
 
-    part = c(ls, Target.SM_90, [(("pipeline.stages", 3),)])
-    return part.points[0].uri
+    part = c(ls, Target.SM_90, [(("pipeline.stages", stages),)])
+    rendered = part.files[part.points[0].uri]
+    return Candidate(uri=rendered.uri, tunables={"pipeline.stages": stages}, time_ms=time_ms,
+                     code_sha256=rendered.code_sha256)
 
 
 def test_lockfile_round_trip_and_clean_check(tmp_path):
     ls = loaded(SM90)
-    e = _entry(ls, winner=Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01))
+    e = _entry(ls)
     path = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
     assert path == tmp_path / "tuned" / "sm_90" / "NVIDIA_H200.json"
     assert write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
@@ -255,26 +257,38 @@ def test_lockfile_round_trip_and_clean_check(tmp_path):
 
 def test_lockfile_stale_and_misses(tmp_path):
     ls = loaded(SM90)
-    good = Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01)
+    good, second = _candidate(ls, 3, 0.01), _candidate(ls, 2, 0.02)
     entries = (
         _entry(ls, winner=good),  # versions differ below: stale
         _entry(ls, winner=good, hand_hash="0" * 64),  # another hand configuration
         _entry(ls, winner=good, shape=(512, 512, 512)),  # shape gone
-        _entry(ls, winner=replace(good, uri="gemm_old_name")),  # template changed the winner's kernel
         _entry(ls, spec="gone", winner=good),
     )
     write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=entries))
+    # one entry per (spec, hand hash, shape) in a lockfile: each drifted candidate goes into another device's
+    for device, drifted in (
+        ("NVIDIA H100", {"winner": replace(good, uri="gemm_old_name")}),  # the winner's configuration changed
+        ("NVIDIA B200", {"winner": replace(good, code_sha256="0" * 64)}),  # its code changed
+        ("NVIDIA GH200", {"runner_up": replace(second, code_sha256="1" * 64)}),  # the runner-up's code changed
+    ):
+        write_lockfile(lock_path(tmp_path, Target.SM_90, device),
+                       LockFile(target=Target.SM_90, device=device, entries=(_entry(ls, device=device, **drifted),)))
     report = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.16", "torch": "2.8.0"})
     lines = sorted(f.line() for f in report.stale)
     assert lines == sorted([
         "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: versions changed: tilelang 0.1.15 -> 0.1.16",
-        "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the spec's hand configuration or its template changed",
+        "tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the spec's hand configuration changed",
         "tuned/sm_90/NVIDIA_H200.json: g 512x512x512: stale: the shape is no longer in the spec",
-        (f"tuned/sm_90/NVIDIA_H200.json: g 256x256x256: stale: the winner's kernel is now {good.uri}, not "
-        "gemm_old_name (template or instance changed)"),
+        (f"tuned/sm_90/NVIDIA_H100.json: g 256x256x256: stale: the winner's kernel is now {good.uri}, not "
+        "gemm_old_name (its configuration changed)"),
+        (f"tuned/sm_90/NVIDIA_B200.json: g 256x256x256: stale: {good.uri}: code changed (the winner's code sha256 "
+         f"000000000000 -> {good.code_sha256[:12]})"),
+        (f"tuned/sm_90/NVIDIA_GH200.json: g 256x256x256: stale: {second.uri}: code changed (the runner-up's code "
+         f"sha256 111111111111 -> {second.code_sha256[:12]})"),
         "tuned/sm_90/NVIDIA_H200.json: gone 256x256x256: stale: no spec named gone for sm_90",
     ])
+    assert report.invalid == ()
     # the sm_90 entry for (g, 256^3) exists, so no sm_90 miss; gfx942 has a search block and no lockfile
     assert [f.line() for f in report.misses] == ["tuned/gfx942: g 256x256x256: miss: no lockfile for this target"]
     assert not report.clean
@@ -282,7 +296,7 @@ def test_lockfile_stale_and_misses(tmp_path):
 
 def test_lockfile_gpu_versions_compared_only_on_their_device(tmp_path):
     ls = loaded(SM90)
-    e = _entry(ls, winner=Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01))
+    e = _entry(ls)
     write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
     cpu = check_lockfiles(tmp_path, [ls], {"tilelang": "0.1.15"}, [Target.SM_90])  # a CPU machine: torch 2.13 here
@@ -304,7 +318,7 @@ def test_lockfile_refuses_another_device_and_a_bad_file(tmp_path):
         lock.merged([_entry(ls)])
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": 9}')
-    with pytest.raises(TilegenError, match="not a tilegen lockfile: ValueError: format 9"):
+    with pytest.raises(TilegenError, match=r"bad.json: format=9: this tilegen reads format 1 \[lockfile_format\]"):
         read_lockfile(bad)
 
 
@@ -383,7 +397,7 @@ def test_gen_emits_the_tuned_configuration_of_each_fresh_entry(tmp_path):
 
     text = edit(SM90, "    - {m: 256, n: 256, k: 256}\n", "    - {m: 256, n: 256, k: 256}\n    - {m: 512, n: 256, k: 256}\n")
     ls = loaded(text)
-    good = Candidate(uri=_winner_uri(ls), tunables={"pipeline.stages": 3}, time_ms=0.01)
+    good = _candidate(ls, 3, 0.01)
     path = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
     write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(_entry(ls, winner=good),)))
     tuned, report = tuned_instances(tmp_path, [ls], [Target.SM_90])

@@ -7,6 +7,7 @@ run and `codegen` can only come from the wheel (asserted)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -56,11 +57,59 @@ def installed(tmp_path_factory):
     return python, env_dir / "bin" / "tilegen", tmp
 
 
-def test_wheel_ships_the_templates(installed):
+TEMPLATES = {p.relative_to(REPO_ROOT / "templates").as_posix(): p.read_bytes()
+             for p in sorted((REPO_ROOT / "templates").rglob("*.j2"))}
+
+
+def _templates_dir(python, tmp) -> Path:
+    code = "from codegen.families.base import templates_dir; print(templates_dir())"
+    return Path(_run([python, "-c", code], cwd=tmp, env=os.environ).strip())
+
+
+def test_wheel_ships_the_templates_inside_the_package(installed):
+    """templates/ of the checkout (every family's and the shared partials) is in the wheel as codegen/templates/,
+    byte for byte, and that copy is what the installed package finds."""
     python, _, tmp = installed
-    code = "import codegen, pathlib; p = pathlib.Path(codegen.__file__).parent; print(len(list(p.rglob('*.j2'))))"
-    out = _run([python, "-c", code], cwd=tmp, env=os.environ)
-    assert int(out) >= 4
+    found = _templates_dir(python, tmp)
+    package = Path(_run([python, "-c", "import codegen; print(codegen.__file__)"], cwd=tmp, env=os.environ).strip())
+    assert found == package.parent / "templates" and not found.is_relative_to(REPO_ROOT)
+    assert {p.relative_to(found).as_posix(): p.read_bytes() for p in sorted(found.rglob("*.j2"))} == TEMPLATES
+    assert len(TEMPLATES) > 5 and "_shared/_rows.j2" in TEMPLATES and "gemm/gemm.py.j2" in TEMPLATES
+
+
+def test_wheel_names_its_documentation(installed):
+    """The installed wheel's metadata carries the project URLs, the documentation among them."""
+    python, _, tmp = installed
+    code = ("import importlib.metadata as m, json; d = m.distribution('tilegen'); "
+            "print(json.dumps([str(d.locate_file('')), d.metadata.get_all('Project-URL')]))")
+    where, urls = json.loads(_run([python, "-c", code], cwd=tmp, env=os.environ))
+    assert Path(where).is_relative_to(tmp / "venv"), where  # the wheel's metadata, not the checkout's
+    assert "Documentation, https://github.com/tilegen/tilegen/tree/main/docs" in urls
+    assert "Homepage, https://github.com/tilegen/tilegen" in urls
+
+
+def test_installed_tilegen_renders_from_its_own_templates(installed, tmp_path):
+    """A line added to the installed copy of softmax.py.j2 appears in every softmax kernel `tilegen gen` writes,
+    and in none of the others: the installed tool reads its own templates, whatever checkout is near."""
+    python, tilegen, tmp = installed
+    template = _templates_dir(python, tmp) / "softmax" / "softmax.py.j2"
+    original = template.read_bytes()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([tilegen, "init", "kernels"], cwd=tmp_path, env=env)
+    project = tmp_path / "kernels"
+    note = "# rendered from the installed wheel's template"
+    try:
+        template.write_bytes(original.replace(b"{{ header }}\n", ("{{ header }}\n" + note + "\n").encode(), 1))
+        _run([tilegen, "gen"], cwd=project, env=env)
+    finally:
+        template.write_bytes(original)
+    kernels = sorted((project / "generated").rglob("*.py"))
+    softmax = [k for k in kernels if k.parent.name == "softmax"]
+    assert softmax and len(softmax) < len(kernels)
+    for k in kernels:
+        lines = k.read_text(encoding="utf-8").splitlines()
+        assert (lines[1] == note) == (k in softmax), k
+        assert " via templates/" in lines[0], lines[0]
 
 
 def test_installed_tilegen_works_in_a_project_of_its_own(installed, tmp_path):

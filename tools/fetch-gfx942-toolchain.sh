@@ -7,4 +7,4 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$REPO/.venv/bin/python"; [ -x "$PY" ] || PY=python3
 PYTHON="$PY" bash "$REPO/codegen/targets/data/fetch-amd-toolchain.sh" "$REPO/.toolchain"
 touch "$REPO/.gitignore"
-grep -qxF '/.toolchain/' "$REPO/.gitignore" || echo '/.toolchain/' >> "$REPO/.gitignore"
+grep -qxE '/\.toolchain/?' "$REPO/.gitignore" || echo '/.toolchain' >> "$REPO/.gitignore"

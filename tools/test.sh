@@ -6,5 +6,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tools/setup.sh --dev
 .venv/bin/ruff check codegen tests benchmarks
 .venv/bin/tilegen gen --check
-.venv/bin/tilegen tune --check   # no searched spec without its measured lockfile entry
+.venv/bin/tilegen tune --check   # no stale lockfile entry (searched shapes not tuned yet are listed)
 .venv/bin/python -m pytest -q "$@"

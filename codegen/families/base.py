@@ -2,10 +2,11 @@
 identity every family's kernel instance shares (`InstanceBase`).
 
 A family is one folder, `codegen/families/<family>/`: its spec model (spec.py), legality rules
-(rules.py), instance -- every template variable a field (instance.py), Jinja template (*.py.j2) and
-numerics (numerics.py: inputs, torch reference, tolerance, negative controls, FLOP/byte formulas,
-baselines, derived edge shapes), assembled into one `Family` in its __init__.py. The registry
-(`codegen.families`) maps each `op:` to its family; stage modules look families up there.
+(rules.py), instance -- every template variable a field (instance.py) -- and numerics (numerics.py: inputs,
+torch reference, tolerance, negative controls, FLOP/byte formulas, baselines, derived edge shapes),
+assembled into one `Family` in its __init__.py; its Jinja templates are `templates/<family>/*.py.j2` at the
+top level (`templates_dir`). The registry (`codegen.families`) maps each `op:` to its family; stage modules
+look families up there.
 """
 
 from __future__ import annotations
@@ -15,20 +16,40 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
 
 from pydantic import BaseModel
 
 from codegen.rules import Violation
 from codegen.targets.base import TargetSpec
 
-SHARED_TEMPLATE_DIR = Path(__file__).resolve().parent  # partials shared by several families (_rows.j2)
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # codegen/
+SHARED_TEMPLATES = "_shared"  # the folder of templates/ holding partials several families import (_rows.j2)
+
+
+def templates_dir() -> Path:
+    """The one place that knows where the built-in templates live: `templates/` inside the package (the copy
+    an installed wheel carries, codegen/templates/, written by setup.py's build step), else `templates/`
+    beside the package (a checkout: the repository's top level). Either holds <family>/*.py.j2 and
+    _shared/; the first of the two that does is it."""
+    for folder in (PACKAGE_DIR / "templates", PACKAGE_DIR.parent / "templates"):
+        if (folder / SHARED_TEMPLATES).is_dir():
+            return folder
+    raise RuntimeError(f"tilegen's templates are missing: neither {PACKAGE_DIR / 'templates'} nor "
+                       f"{PACKAGE_DIR.parent / 'templates'} holds {SHARED_TEMPLATES}/ (a broken install)")
+
+
+TEMPLATES_DIR = templates_dir()
+SHARED_TEMPLATE_DIR = TEMPLATES_DIR / SHARED_TEMPLATES
 
 
 # Instance fields that are not the kernel's identity: the workload (who asked for it, which shapes) and how
 # it is checked (build and verify policies). Two specs that differ only in these get one kernel.
 WORKLOAD_FIELDS = ("name", "spec_file", "shapes")
 POLICY_FIELDS = ("allow_spills", "min_waves_per_simd", "verify_tolerance_scale")
+# The template file an instance renders is chosen from its configuration (make_instance), so it names nothing
+# the other fields do not: it stays out of the identity, and templates can be split or merged without a rename.
+DERIVED_FIELDS = ("template",)
+NOT_IDENTITY = WORKLOAD_FIELDS + POLICY_FIELDS + DERIVED_FIELDS
 HASH_HEX = 6  # hex digits of the configuration hash in a kernel's name
 
 
@@ -38,10 +59,12 @@ class InstanceBase:
     verify_tolerance_scale, lds_bytes, threads and tilelang_target, and the methods stem(),
     template_vars(), metadata(uri), summary(), dtype_label() and launch_grids(shape).
 
-    A kernel is named by what changes its code: `stem()` (readable: op, dtypes, layout, tiles, schedule,
-    tail), the target, and a short sha256 of the canonical configuration (every field but the workload
-    and the policies, plus the template's hash), e.g. `gemm_fp16_nt_128x256x64_t256_s3_sm90_3f2a9c`.
-    Shapes are the workload beside it: adding one renames nothing."""
+    A kernel is named by its resolved configuration only: `stem()` (readable: op, dtypes, layout, tiles,
+    schedule, tail), the target, and a short sha256 of the canonical configuration (every field, each with
+    its value, but the workload, the policies and the template file chosen from the others), e.g.
+    `gemm_fp16_nt_128x256x64_t256_s3_sm90_3f2a9c`. Shapes are the workload beside it: adding one renames
+    nothing. What the code is (codegen.render: the sha256 of the rendered module, its header excluded) is
+    recorded beside the name, never part of it."""
 
     def stem(self) -> str:
         """The readable part of the kernel's name; families name what changes their code (the hash after it
@@ -81,21 +104,18 @@ class InstanceBase:
         family does not say (nothing is checked)."""
         return None
 
-    # fields added after kernels were named, with the value that means what the kernel did before they existed:
-    # left out of the canonical form at that value, so adding a knob renames no existing kernel
-    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {}
-
-    def canonical(self, template_sha256: str) -> str:
-        data = {k: v for k, v in asdict(self).items() if k not in WORKLOAD_FIELDS + POLICY_FIELDS
-                and not (k in self.IDENTITY_DEFAULTS and v == self.IDENTITY_DEFAULTS[k])}
-        data["template_sha256"] = template_sha256
+    def canonical(self) -> str:
+        """The kernel's configuration as canonical JSON: every instance field but NOT_IDENTITY, always (a
+        field at its default is written too, so the form never depends on when a field was added)."""
+        data = {k: v for k, v in asdict(self).items() if k not in NOT_IDENTITY}
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
-    def instance_hash(self, template_sha256: str) -> str:
-        return hashlib.sha256(self.canonical(template_sha256).encode()).hexdigest()
+    def config_sha256(self) -> str:
+        return hashlib.sha256(self.canonical().encode()).hexdigest()
 
-    def uri(self, template_sha256: str) -> str:
-        return f"{self.stem()}_{self.target.value.replace('_', '')}_{self.instance_hash(template_sha256)[:HASH_HEX]}"
+    def uri(self) -> str:
+        """The kernel's name: the file's stem, the kernel symbol, the key users and lockfiles refer to."""
+        return f"{self.stem()}_{self.target.value.replace('_', '')}_{self.config_sha256()[:HASH_HEX]}"
 
     @property
     def out_dir(self) -> PurePosixPath:
@@ -212,7 +232,7 @@ class Family:
 
     name: str  # the folder's name: gemm, softmax, norm, attention
     specs: Mapping[str, type[BaseModel]]  # `op:` value -> its pydantic spec model (norm: rmsnorm, layernorm)
-    template_dir: Path  # folder of its template(s); an instance's `template` field names the file
+    template_dir: Path  # folder of its template(s) (built-ins: templates/<name>/); an instance's `template` names the file
     check: Callable[[BaseModel, TargetSpec], list[Violation]]  # every legality rule on one target
     instance: Callable[[BaseModel, TargetSpec, str], InstanceBase]  # (spec, target, spec file) -> instance
     numerics: Numerics

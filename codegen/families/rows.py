@@ -1,7 +1,7 @@
 """Machinery shared by the row-wise families (softmax, norm): one row of `cols` elements per workgroup,
 each thread streaming `vector` contiguous elements per chunk of threads*vector columns. The spec base,
 its legality rules, the instance base and the numerics every row family uses alike. Their template
-partial is `_rows.j2`, beside this module.
+partial is templates/_shared/_rows.j2.
 """
 
 from __future__ import annotations

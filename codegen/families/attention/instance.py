@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from codegen.families.attention.rules import (
     VECTOR_BYTES,
@@ -54,12 +53,6 @@ class AttentionInstance(InstanceBase):
     """FlashAttention-style forward for one target: O = softmax(scale * Q.K^T [masked]) . V, KV blocks
     streamed with an online softmax. prefill: one workgroup per (query block, head, batch); decode: one
     per (KV split, K/V head's packed rows, batch), then a combine kernel over the splits."""
-
-    # added after kernels were named: at these values (schedule default) they stay out of the configuration
-    # hash, so adding the schedule renamed no existing kernel
-    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"schedule": AttentionSchedule.DEFAULT.value, "ws_consumers": 0,
-                                                      "ws_producer_nreg": 0, "ws_consumer_nreg": 0, "k_pack": 1,
-                                                      "persistent_workgroups": 0, "v_layout": VLayout.NATURAL.value}
 
     name: str
     target: Target
@@ -159,6 +152,15 @@ class AttentionInstance(InstanceBase):
         if self.schedule == AttentionSchedule.PERSISTENT:
             return ((min(self.persistent_workgroups, self.persistent_tiles(shape)), 1, 1),)
         return ((-(-seq_q // self.block_m), heads, batch),)
+
+    def workspace_shapes(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The fp32 workspaces the kernel takes between K/V and O, at one problem size: decode's partial outputs
+        O_PART [batch, seq_q, heads, split_kv, head_dim] and their log-sum-exp LSE [batch, seq_q, heads, split_kv];
+        none for prefill."""
+        if self.variant != AttentionVariant.DECODE:
+            return ()
+        batch, heads, _, seq_q, _ = shape
+        return ((batch, seq_q, heads, self.split_kv, self.head_dim), (batch, seq_q, heads, self.split_kv))
 
     def persistent_tiles(self, shape: tuple[int, ...]) -> int:
         """persistent: the (query block, head, batch) tiles of `shape` the grid loops over."""

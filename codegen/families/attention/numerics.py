@@ -153,10 +153,7 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
         v[:, skv - sq:] *= HOT_KEY_VALUE_SCALE
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     qq, kq, vq = q.to(dt), k.to(dt), v.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
-    workspace = ()
-    if inst.variant == AttentionVariant.DECODE:
-        workspace = (torch.full((b, sq, h, inst.split_kv, d), float("nan"), device=device),
-                     torch.full((b, sq, h, inst.split_kv), float("nan"), device=device))
+    workspace = tuple(torch.full(s, float("nan"), device=device) for s in inst.workspace_shapes(shape))
     return AttentionCase(Q=qq.to(device), K=kq.to(device), V=vq.to(device), workspace=workspace)
 
 
@@ -206,7 +203,7 @@ def _attention32(inst, case: AttentionCase, *, mask: CausalMask, stats: bool = F
 
 
 def _attention_error_mag(inst, qb, kb, vb, s, m, den, p, allowed):
-    """The tolerance's per-element error magnitude for one batch (README "Verification", attention):
+    """The tolerance's per-element error magnitude for one batch (docs/verification.md, attention):
 
         (2*u_in + u_acc*(4*sqrt(Skv) + 4*sqrt(D)*A_i + 4*(1 + B_i))) * (P.|V|)_id + eta_in*(M.|V|)_id / l_i
 

@@ -234,7 +234,7 @@ def attn_k_pack_target(c: AttentionContext) -> Iterator[Violation]:
 
 def attn_k_pack_schedule(c: AttentionContext) -> Iterator[Violation]:
     """Rule k_pack_schedule: only the persistent template passes k_pack to its gemms (the default and decode
-    templates are what their committed kernels were named by; an argument added there would rename them all)."""
+    templates do not take it yet)."""
     if c.tuning.k_pack != 1 and c.target.supports_k_pack and c.tuning.schedule != AttentionSchedule.PERSISTENT:
         yield Violation(rule="k_pack_schedule", path=c.at("k_pack"), value=c.tuning.k_pack,
                         message=f"k_pack {c.tuning.k_pack} is taken by schedule: persistent only, not schedule: "

@@ -6,7 +6,7 @@ seq_q x seq_kv is stored. variant decode (flash-decoding): the query heads of on
 few query positions are packed into the rows of one block, the KV sequence is split over split_kv
 workgroups that each write a partial output and its log-sum-exp (fp32 workspace), and a second kernel
 of the same module merges them.
-Layout: Q and O [batch, seq_q, heads, head_dim], K and V [batch, seq_kv, kv_heads, head_dim] (README).
+Layout: Q and O [batch, seq_q, heads, head_dim], K and V [batch, seq_kv, kv_heads, head_dim] (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -169,6 +169,7 @@ STARTER = """\
 # Attention forward (FlashAttention style): Q, O [batch, seq_q, heads, head_dim], K, V [batch, seq_kv,
 # kv_heads, head_dim]; online softmax over KV blocks. causal: false, top_left (query i sees keys j <= i, as
 # SDPA's is_causal) or bottom_right (the queries are the last seq_q positions of the KV cache).
+# Every field, its default and rules: tilegen's docs/attention.md.
 - name: attn_fp16_d128
   op: attention
   dtypes: {input: fp16, out: fp16, accumulate: fp32}

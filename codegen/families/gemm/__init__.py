@@ -3,9 +3,7 @@ swizzled rasterization and tail policies."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from codegen.families.base import Family
+from codegen.families.base import TEMPLATES_DIR, Family
 from codegen.families.gemm.instance import make_instance
 from codegen.families.gemm.numerics import NUMERICS
 from codegen.families.gemm.rules import check
@@ -14,7 +12,7 @@ from codegen.families.gemm.spec import STARTER, GemmSpec
 FAMILY = Family(
     name="gemm",
     specs={"gemm": GemmSpec},
-    template_dir=Path(__file__).resolve().parent,
+    template_dir=TEMPLATES_DIR / "gemm",
     check=check,
     instance=make_instance,
     numerics=NUMERICS,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import b_eviction, gemv_vector, lds_bytes, shared_epilogue, transposed_b_rows
@@ -33,24 +32,21 @@ _POLICY = {
 
 VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per lane
 
-FP32_TEMPLATE = "gemm_fp32.py.j2"  # fp32-input GEMMs; gemm.py.j2 (every other dtype) is unchanged by them
+FP32_TEMPLATE = "gemm_fp32.py.j2"  # fp32-input GEMMs (CUDA-core FMA or the target's fp32 MMA)
 XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf32): staged K-major, then wgmma
-# lds_layout transposed_b: its own template, so that adding it renamed no kernel of gemm.py.j2 (whose text is
-# in every one of their hashes)
+# lds_layout transposed_b: B's tile staged transposed in LDS
 TRANSPOSED_B_TEMPLATE = "gemm_transposed_b.py.j2"
-# dynamic_m: gemm.py.j2 unchanged (so no static kernel is renamed) plus a dynamic-M entry point
+# dynamic_m: gemm.py.j2 plus a dynamic-M entry point
 DYNAMIC_M_TEMPLATE = "gemm_dynamic_m.py.j2"
-# grid persistent: its own template (a tile loop in a grid of min(tiles, resident) workgroups), so that adding
-# it renamed no kernel of gemm.py.j2
+# grid persistent: a tile loop in a grid of min(tiles, resident) workgroups
 PERSISTENT_TEMPLATE = "gemm_persistent.py.j2"
 # b_eviction / epilogue (sm_90's TMA copy options): the tiles kernel of gemm.py.j2 with a hint on B's copies and
-# C staged through shared memory, in a template of its own so that adding them renamed no kernel of gemm.py.j2
+# C staged through shared memory
 TMA_TEMPLATE = "gemm_tma.py.j2"
 # epilogue shared: TileLang 0.1.15 stores the shared C tile (128-byte swizzled) as TMA boxes of 128 bytes of a row
 # by every row of the tile -- ceil(block_n / box) tma_store calls a tile (lowered source; tests/test_tma_copies.py)
 EPILOGUE_BOX_BYTES = 128
-# staging padded: A and B copied into zero-padded workspaces of whole blocks, then the main kernel; its own
-# template, so that adding it renamed no kernel of gemm.py.j2
+# staging padded: A and B copied into zero-padded workspaces of whole blocks, then the main kernel
 PADDED_TEMPLATE = "gemm_padded.py.j2"
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
 
@@ -59,15 +55,6 @@ DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dy
 class GemmInstance(InstanceBase):
     """A GEMM kernel for one target: C[M, N] = op(A) @ op(B), fully resolved."""
 
-    # added after kernels were named: at these values (tiled; fp32 fields None for every other dtype) they
-    # stay out of the configuration hash, so adding them renamed no existing kernel
-    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"structure": "tiled", "vector": 0, "precision": None,
-                                                      "fp32_product": None, "lds_layout": "natural", "dynamic_m": None,
-                                                      "split_k": 1, "reduce_block_m": 0, "reduce_block_n": 0,
-                                                      "grid": "tiles", "resident_workgroups": 0,
-                                                      "b_eviction": "normal", "epilogue": "direct",
-                                                      "staging": "none"}
-
     # identity
     name: str
     target: Target
@@ -75,7 +62,7 @@ class GemmInstance(InstanceBase):
     # gemv.py.j2 for structure gemv; XF32_TEMPLATE, FP32_TEMPLATE, SPLIT_K_TEMPLATE, TRANSPOSED_B_TEMPLATE,
     # PADDED_TEMPLATE, DYNAMIC_M_TEMPLATE, PERSISTENT_TEMPLATE or TMA_TEMPLATE for the options they serve (make_instance)
     template: str = "gemm.py.j2"
-    # provenance (not part of the identity hash)
+    # provenance (not part of the configuration hash)
     spec_file: str = field(compare=False)
     # problem
     shapes: tuple[tuple[int, int, int], ...]
@@ -396,7 +383,7 @@ class PersistentSchedule:
         return offset % rows + panel * self.panel, self.tiles_n - 1 - col if panel % 2 else col
 
 
-SPLIT_K_TEMPLATE = "gemm_splitk.py.j2"  # split_k > 1; gemm.py.j2 is unchanged by it, so no GEMM was renamed
+SPLIT_K_TEMPLATE = "gemm_splitk.py.j2"  # split_k > 1: partial sums over K, then a fixed-order reduction
 REDUCE_VECTOR = 4  # fp32 partials per thread and split in the sum kernel: one 16-byte load each
 
 

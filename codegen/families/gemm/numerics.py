@@ -1,7 +1,7 @@
 """GEMM numerics: FLOP and byte formulas, inputs, the fp32 reference, the tolerance, negative controls,
 derived edge shapes and the torch baselines.
 
-Tolerance (per output element, documented in README "Verification"):
+Tolerance (per output element, documented in docs/verification.md):
 
     tol_ij = u_out * |ref_ij|  +  eta_out  +  scale * (4 * u_acc * sqrt(K) + u_prod) * (|A|.|B|)_ij  +  tiny
 

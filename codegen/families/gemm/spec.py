@@ -98,7 +98,7 @@ MAX_SPLIT_K = 64  # rule split_k_limit: workgroups one output tile's K range is 
 
 
 class Precision(StrEnum):
-    """How an fp32-input GEMM forms its products (README "Spec reference", `precision`).
+    """How an fp32-input GEMM forms its products (docs/gemm.md, `precision`).
     ieee: true fp32 products (CUDA-core FMA on sm_90, fp32 MFMA on gfx942/gfx950) -- torch's default;
     tf32: one tensor-core product of the inputs rounded to TF32 (nearest, ties away from zero);
     3xtf32: each input split into a TF32 high part and a TF32 residual, three tensor-core products
@@ -122,7 +122,7 @@ class LdsLayout(StrEnum):
 
 
 class Staging(StrEnum):
-    """How a tiled GEMM reads A and B (README "Spec reference", `staging`). none: straight from the caller's
+    """How a tiled GEMM reads A and B (docs/gemm.md, `staging`). none: straight from the caller's
     tensors, tiles bounds-checked where a shape is ragged (tail). padded: for shapes where an operand's leading
     dimension (the stride of its rows as stored) is not a multiple of 16 bytes -- which stops 16-byte and TMA
     loads of its tiles -- small staging kernels in the same module first copy A and B into zero-padded
@@ -238,7 +238,7 @@ class GemmSpec(Model):
     overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
     search: dict[Target, GemmSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
     allow_spills: StrictBool = False  # a build with register spills fails unless this is true
-    # multiplies verify's tolerance (README "Verification"); < 1 tightens, > 1 loosens; reported with results
+    # multiplies verify's tolerance (docs/verification.md); < 1 tightens, > 1 loosens; reported with results
     verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None  # gfx942 occupancy floor for `build`
 
@@ -256,7 +256,7 @@ GemmSpec.model_rebuild()
 
 # `tilegen new gemm NAME` and `tilegen init` write this, with {name} filled in.
 STARTER = """\
-# tilegen GEMM spec: C[M, N] = op(A) @ op(B). Every field is documented in README.md ("Spec reference").
+# tilegen GEMM spec: C[M, N] = op(A) @ op(B). Every field, its default and rules: tilegen's docs/gemm.md.
 - name: {name}              # lower-case identifier: file, kernel and report name
   op: gemm
   dtypes: {{a: fp16, b: fp16, out: fp16, accumulate: fp32}}   # fp16 | bf16 | fp32 | fp8_e4m3 (a == b)

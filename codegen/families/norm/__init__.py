@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from codegen.families.base import Family
+from codegen.families.base import TEMPLATES_DIR, Family
 from codegen.families.norm.instance import make_instance
 from codegen.families.norm.numerics import NUMERICS
 from codegen.families.norm.rules import check
@@ -14,7 +12,7 @@ from codegen.families.norm.spec import LAYERNORM_STARTER, RMSNORM_STARTER, Layer
 FAMILY = Family(
     name="norm",
     specs={"rmsnorm": RmsNormSpec, "layernorm": LayerNormSpec},
-    template_dir=Path(__file__).resolve().parent,
+    template_dir=TEMPLATES_DIR / "norm",
     check=check,
     instance=make_instance,
     numerics=NUMERICS,

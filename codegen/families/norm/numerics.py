@@ -29,7 +29,7 @@ from codegen.families.rows import (
 )
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, compiled_once
-from codegen.spec import FP32_MIN_NORMAL
+from codegen.spec import MIN_NORMAL_FP32
 from codegen.targets import torch_dtype
 
 # mag of norm_reference per op, for reports (per_token: of the fp8 rows Q, in fp8 units)
@@ -40,7 +40,7 @@ TOLERANCE_MODELS = {
 }
 SUM_MODEL = "|ref| (the fp32 sum X + R, one rounding)"
 SCALE_MODEL = "|ref|*(4*sqrt({n}) + 10)"
-MIN_SCALE = FP32_MIN_NORMAL  # per_token: the least scale a row gets (the template's MIN_SCALE)
+MIN_SCALE = MIN_NORMAL_FP32  # per_token: the least scale a row gets (the template's MIN_SCALE)
 
 
 def rmsnorm_flops(rows: int, cols: int) -> float:
@@ -149,8 +149,8 @@ def _rms_norm32(x, w, eps: float):
 
 
 def normalised_reference(inst, case: NormCase):
-    """fp32 reference of the norm of the same rounded inputs (residual: of the sum as stored), and the per-element error magnitude the tolerance
-    scales by u_acc (README "Verification"), with n = cols and xhat = the normalised x:
+    """fp32 reference of the norm of the same rounded inputs (residual: of the sum as stored), and the per-element
+    error magnitude the tolerance scales by u_acc (docs/verification.md), with n = cols and xhat = the normalised x:
     rmsnorm:   |ref| * (4*sqrt(n) + 8) -- the fp32 sum of squares (random walk over n terms) and a
                few roundings in rsqrt and the two products, all relative to the output;
     layernorm: (|xhat*w| + |b|) * (4*sqrt(n) + 8) + 4*sqrt(n) * rstd * |w| * mean(|x|) -- the same

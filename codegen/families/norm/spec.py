@@ -73,6 +73,7 @@ class LayerNormSpec(NormSpecBase):
 # `tilegen init` writes these as specs/rmsnorm.yaml and specs/layernorm.yaml.
 RMSNORM_STARTER = """\
 # rmsnorm: Y = X / sqrt(mean(X^2) + eps) * W over the last dim, fp32 statistics.
+# Every field, its default and rules: tilegen's docs/norm.md.
 - name: rmsnorm_fp16
   op: rmsnorm
   dtypes: {input: fp16, out: fp16, accumulate: fp32}
@@ -90,6 +91,7 @@ RMSNORM_STARTER = """\
 
 LAYERNORM_STARTER = """\
 # layernorm: Y = (X - mean) / sqrt(var + eps) * W + B over the last dim (biased variance), fp32 statistics.
+# Every field, its default and rules: tilegen's docs/norm.md.
 - name: layernorm_fp16
   op: layernorm
   dtypes: {input: fp16, out: fp16, accumulate: fp32}

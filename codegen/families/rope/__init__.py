@@ -3,9 +3,7 @@ in one launch, out of place, one workgroup per token."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from codegen.families.base import Family
+from codegen.families.base import TEMPLATES_DIR, Family
 from codegen.families.rope.instance import make_instance
 from codegen.families.rope.numerics import NUMERICS
 from codegen.families.rope.rules import check
@@ -14,7 +12,7 @@ from codegen.families.rope.spec import STARTER, RopeSpec
 FAMILY = Family(
     name="rope",
     specs={"rope": RopeSpec},
-    template_dir=Path(__file__).resolve().parent,
+    template_dir=TEMPLATES_DIR / "rope",
     check=check,
     instance=make_instance,
     numerics=NUMERICS,

@@ -129,7 +129,7 @@ def _flat(q, k):
 
 def rope_reference(inst, case: RopeCase):
     """fp32 reference of the same rounded inputs and fp32 tables, and the per-element error magnitude
-    the tolerance scales by u_acc (README "Verification"): 5*(|x1*c| + |x2*s|) for out1 = x1*c - x2*s,
+    the tolerance scales by u_acc (docs/verification.md): 5*(|x1*c| + |x2*s|) for out1 = x1*c - x2*s,
     5*(|x2*c| + |x1*s|) for out2 = x2*c + x1*s, 0 for the pass-through elements (copied exactly). The
     kernel rounds the two products and their sum in fp32 (or contracts one product into an FMA): at
     most u_acc*(|p1| + |p2|) + u_acc*|out| <= 2*u_acc*(|p1| + |p2|) from the exact value; the fp32

@@ -5,7 +5,7 @@ For the first `rotary_dim` elements of every head vector, with half = rotary_dim
 x1 = x[:half], x2 = x[half:rotary_dim]: out1 = x1*cos - x2*sin, out2 = x2*cos + x1*sin; elements
 rotary_dim..head_dim are copied unchanged. Q [tokens, heads, head_dim], K [tokens, kv_heads, head_dim]
 in the input dtype; cos, sin [tokens, rotary_dim/2] in fp32 (one row per token, already gathered by
-position); Q_out, K_out like Q, K in the output dtype. One workgroup per token (README "op: rope").
+position); Q_out, K_out like Q, K in the output dtype. One workgroup per token (docs/rope.md).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class RopeSpec(Model):
 STARTER = """\
 # rope: rotary position embedding (NeoX/Llama rotate_half) on Q [tokens, heads, head_dim] and
 # K [tokens, kv_heads, head_dim] in one launch, out of place; cos/sin [tokens, rotary_dim/2] in fp32.
+# Every field, its default and rules: tilegen's docs/rope.md.
 - name: rope_fp16
   op: rope
   dtypes: {input: fp16, out: fp16, accumulate: fp32}

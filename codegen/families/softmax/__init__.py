@@ -3,9 +3,7 @@ row held in registers)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from codegen.families.base import Family
+from codegen.families.base import TEMPLATES_DIR, Family
 from codegen.families.softmax.instance import make_instance
 from codegen.families.softmax.numerics import NUMERICS
 from codegen.families.softmax.rules import check
@@ -14,7 +12,7 @@ from codegen.families.softmax.spec import STARTER, SoftmaxSpec
 FAMILY = Family(
     name="softmax",
     specs={"softmax": SoftmaxSpec},
-    template_dir=Path(__file__).resolve().parent,
+    template_dir=TEMPLATES_DIR / "softmax",
     check=check,
     instance=make_instance,
     numerics=NUMERICS,

@@ -53,6 +53,7 @@ SoftmaxSpec.model_rebuild()
 # `tilegen init` writes this as specs/softmax.yaml.
 STARTER = """\
 # softmax over the last dim of X[rows, cols], fp32 statistics; one workgroup per row.
+# Every field, its default and rules: tilegen's docs/softmax.md.
 - name: softmax_fp16
   op: softmax
   dtypes: {input: fp16, out: fp16, accumulate: fp32}

@@ -1,0 +1,21 @@
+"""Tuned kernels called from PyTorch (`import tilegen`; docs/python-api.md).
+
+`load(project_dir)` gives an `Ops` object whose callables (linear, gemm, softmax, rmsnorm, layernorm, rope,
+attention, attention_decode) take and return torch tensors; each is a torch.library custom op that dispatches
+per shape to the project's tuned or spec'd kernels (codegen.ops.dispatch), counts every call's route
+(`Ops.stats`), and compiles each kernel once into the project's cache (codegen.ops.cache).
+"""
+
+from codegen.ops.api import Backend, Ops, StatRow, TileLangBackend, load, stats_table
+from codegen.ops.errors import FallbackWarning, NoKernelError, OpsError, OpsInputError
+
+__all__ = ["Backend", "FallbackWarning", "NoKernelError", "Ops", "OpsError", "OpsInputError", "StatRow",
+           "TileLangBackend", "load", "patch_llama_layer", "stats_table"]
+
+
+def patch_llama_layer(layer, ops, **kwargs):
+    """transformers' LlamaDecoderLayer with its projections, RMSNorms, RoPE and attention routed through `ops`
+    (codegen.ops.llama; transformers is imported only here)."""
+    from codegen.ops.llama import patch_llama_layer as patch
+
+    return patch(layer, ops, **kwargs)

@@ -1,0 +1,522 @@
+"""What each op takes and gives, per family: the checks of its tensors, what a kernel must be to serve a call
+(`Want`) and the call's shape in the family's terms, the launch through the family's own numerics (the same
+`launch` verify and bench use, with the inputs put in the family's case record), the torch fallback, and the
+output's metadata for torch.compile (register_fake).
+
+Every check reads metadata only (dtype, device, sizes, strides), so the same code runs on real tensors and on
+torch.compile's fake ones: a call the kernels cannot take is an OpsInputError before anything is computed.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import ClassVar
+
+import torch
+
+from codegen.hardware import DType, Target
+from codegen.ops.errors import OpsInputError
+from codegen.targets import TARGETS, torch_dtype
+
+ACCUMULATE = DType.FP32.value  # the ops serve kernels that accumulate in fp32 (every family's default)
+LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt": (True, True)}  # (trans_a, trans_b)
+MASKS = ("none", "top_left", "bottom_right")
+PRECISIONS = ("ieee", "tf32", "3xtf32")  # fp32 GEMM inputs (codegen.families.gemm.spec.Precision)
+
+
+def as_fp32(value: float) -> float:
+    """`value` rounded to fp32: the kernels add eps and scale by softmax_scale in fp32, so two values that round
+    alike are the same kernel parameter."""
+    return struct.unpack("<f", struct.pack("<f", float(value)))[0]
+
+
+@dataclass(frozen=True)
+class Want:
+    """What a kernel must be to serve a call, besides its shape: the family op and its parameters, each
+    (name, value) -- a kernel instance and a call that give equal Wants match."""
+
+    op: str
+    params: tuple[tuple[str, object], ...]
+
+    def describe(self) -> str:
+        return f"{self.op} {self.params_text()}"
+
+    def params_text(self) -> str:
+        """The parameters as `name=value` words (floats with fp32's 7 significant digits)."""
+        return " ".join(f"{k}={v:.7g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ctx:
+    """Where the kernels of one Ops object run: the tilegen target (dtype names) and torch's device type."""
+
+    target: Target
+    device_type: str
+
+    def dtype_name(self, op: str, name: str, dtype) -> str:
+        names = _dtype_names(self.target)
+        if dtype not in names:
+            raise OpsInputError(f"tilegen.{op}: {name} is {dtype}; the kernels take "
+                                f"{', '.join(str(d) for d in names)}")
+        return names[dtype]
+
+
+@cache
+def _dtype_names(target: Target) -> dict:
+    """torch dtype -> spec dtype name on `target` (fp8 e4m3 is fnuz on gfx942)."""
+    return {TARGETS[target].torch_dtype(d): d.value for d in DType}
+
+
+def _shape(t) -> str:
+    return "x".join(str(d) for d in t.shape) or "scalar"
+
+
+def check_tensor(ctx: Ctx, op: str, name: str, t, *, ndim: int | None = None, dtype=None, like=None) -> None:
+    """One input: a tensor on the kernels' device (and on `like`'s device), of `ndim` dimensions and `dtype`,
+    contiguous (the kernels read row-major storage; a strided view is refused, never copied behind the caller's
+    back)."""
+    if not isinstance(t, torch.Tensor):
+        raise OpsInputError(f"tilegen.{op}: {name} must be a torch.Tensor, not {type(t).__name__}")
+    if t.device.type != ctx.device_type:
+        raise OpsInputError(f"tilegen.{op}: {name} is on {t.device}; the kernels run on {ctx.device_type}")
+    if like is not None and t.device != like.device:
+        raise OpsInputError(f"tilegen.{op}: {name} is on {t.device}, the other inputs on {like.device}")
+    if ndim is not None and t.dim() != ndim:
+        raise OpsInputError(f"tilegen.{op}: {name} must have {ndim} dimensions, it has {t.dim()} ({_shape(t)})")
+    if dtype is not None and t.dtype != dtype:
+        raise OpsInputError(f"tilegen.{op}: {name} is {t.dtype}, expected {dtype}")
+    if not t.is_contiguous():
+        raise OpsInputError(f"tilegen.{op}: {name} is not contiguous (shape {_shape(t)}, strides {tuple(t.stride())}):"
+                            " pass .contiguous(); the kernels read row-major storage")
+
+
+def _require(cond: bool, op: str, message) -> None:
+    """`message`: a function giving the text (formatted only when the check fails: calls are hot)."""
+    if not cond:
+        raise OpsInputError(f"tilegen.{op}: {message()}")
+
+
+def _empty(shape, dtype, device):
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """What launching one kernel at one shape needs, worked out once (the first call of a route): the family's
+    launch (its numerics', as verify and bench launch), the output's shape and the workspaces' (shape, dtype)."""
+
+    inst: object
+    launch: object  # (kernel, case, out) -> None
+    out_shape: tuple
+    workspaces: tuple = ()
+
+    def alloc_workspaces(self, device) -> tuple:
+        """Fresh workspaces from torch's allocator (each kernel writes every element it reads: verify's NaN-filled
+        workspaces prove it)."""
+        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.workspaces)
+
+
+class Adapter:
+    """One family op as a callable: subclasses say its checks, Want, shape, launch and fallback."""
+
+    op: ClassVar[str]
+
+    def want_of(self, inst) -> Want | None:
+        """The Want this kernel instance serves, or None when the ops do not call it (e.g. not fp32-accumulating)."""
+        raise NotImplementedError
+
+    def call(self, ctx: Ctx, args) -> tuple[Want, tuple]:
+        """Check the inputs; the Want and the family shape of the call."""
+        raise NotImplementedError
+
+    def prepare(self, inst, shape: tuple, run_shape: tuple) -> Prepared:
+        """The launch of `inst`'s kernel for calls of `shape` (run at run_shape)."""
+        from codegen.families import family
+
+        numerics = family(inst).numerics
+        return Prepared(inst=inst, launch=numerics.launch, out_shape=tuple(numerics.out_shape(inst, run_shape)),
+                        workspaces=self.workspaces(inst, run_shape))
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return ()
+
+    def run(self, kernel, prep: Prepared, args, shape: tuple, run_shape: tuple):
+        """Launch `kernel` (compiled for run_shape) on the call; its output."""
+        raise NotImplementedError
+
+    def fallback(self, args):
+        raise NotImplementedError
+
+    def fake(self, args):
+        """An empty output of the call's shape, dtype and device (no kernel runs)."""
+        raise NotImplementedError
+
+
+# ---- GEMM: C[M, N] = op(A) @ op(B) ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GemmArgs:
+    a: object
+    b: object
+    layout: str
+    out_dtype: object  # torch.dtype
+    precision: str  # fp32 inputs: ieee | tf32 | 3xtf32; '' otherwise
+
+
+def gemm_mnk(layout: str, a, b) -> tuple[int, int, int, int]:
+    """(M, N, K of A, K of B) of A, B stored as `layout` says (t: stored transposed: A as K x M, B as N x K)."""
+    ta, tb = LAYOUTS[layout]
+    m, ka = (a.shape[1], a.shape[0]) if ta else (a.shape[0], a.shape[1])
+    n, kb = (b.shape[0], b.shape[1]) if tb else (b.shape[1], b.shape[0])
+    return m, n, ka, kb
+
+
+class GemmAdapter(Adapter):
+    op = "gemm"
+
+    def want_of(self, inst) -> Want | None:
+        a, b, out, acc = inst.spec_dtypes
+        if acc != ACCUMULATE:
+            return None
+        return self._want(inst.layout, a, b, out, inst.precision or "")
+
+    @staticmethod
+    def _want(layout, a, b, out, precision) -> Want:
+        params = (("layout", layout), ("dtypes", f"{a}/{b}/{out}"))
+        return Want("gemm", params + ((("precision", precision),) if precision else ()))
+
+    def call(self, ctx: Ctx, args: GemmArgs) -> tuple[Want, tuple]:
+        op = "gemm"
+        _require(args.layout in LAYOUTS, op, lambda: f"layout {args.layout!r} is not one of {', '.join(LAYOUTS)}")
+        check_tensor(ctx, op, "a", args.a, ndim=2)
+        check_tensor(ctx, op, "b", args.b, ndim=2, dtype=args.a.dtype, like=args.a)
+        m, n, ka, kb = gemm_mnk(args.layout, args.a, args.b)
+        _require(ka == kb, op, lambda: f"a ({_shape(args.a)}) and b ({_shape(args.b)}) do not agree on K for layout "
+                               f"{args.layout} ({ka} vs {kb})")
+        a_name = ctx.dtype_name(op, "a", args.a.dtype)
+        out_name = ctx.dtype_name(op, "out_dtype", args.out_dtype)
+        fp32 = a_name == DType.FP32.value
+        if fp32:
+            _require(args.precision in PRECISIONS, op, lambda: f"precision {args.precision!r} is not one of "
+                                                       f"{', '.join(PRECISIONS)} (fp32 inputs)")
+        else:
+            _require(args.precision in ("", "ieee"), op, lambda: "precision applies to fp32 inputs only")
+        return self._want(args.layout, a_name, a_name, out_name, args.precision if fp32 else ""), (m, n, ka)
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        dtype = torch_dtype(inst.workspace_dtype(), inst.target)
+        return tuple((tuple(s), dtype) for s in inst.workspace_shapes(run_shape))
+
+    def run(self, kernel, prep: Prepared, args: GemmArgs, shape, run_shape):
+        from codegen.families.gemm.numerics import GemmCase
+
+        inst, m, rm = prep.inst, shape[0], run_shape[0]
+        a = args.a if rm == m else _pad_m(args.a, rm, inst.trans_a)
+        case = GemmCase(A=a, B=args.b, trans_a=inst.trans_a, trans_b=inst.trans_b,
+                        workspace=prep.alloc_workspaces(a.device))
+        out = _empty(prep.out_shape, args.out_dtype, a.device)
+        prep.launch(kernel, case, out)
+        return out if rm == m else out[:m]
+
+    def fallback(self, args: GemmArgs):
+        from codegen.families.gemm.numerics import full_fp32
+
+        ta, tb = LAYOUTS[args.layout]
+        a = args.a.t() if ta else args.a
+        b = args.b.t() if tb else args.b
+        if args.a.dtype in (torch.float16, torch.bfloat16):
+            return torch.matmul(a, b).to(args.out_dtype)
+        if args.a.dtype == torch.float32:
+            with full_fp32(allow_tf32=args.precision == "tf32"):
+                return torch.matmul(a, b).to(args.out_dtype)
+        return torch.matmul(a.float(), b.float()).to(args.out_dtype)  # fp8: no eager matmul of its own
+
+    def fake(self, args: GemmArgs):
+        m, n, _, _ = gemm_mnk(args.layout, args.a, args.b)
+        return args.a.new_empty((m, n), dtype=args.out_dtype)
+
+
+def _pad_m(a, rows: int, trans: bool):
+    """A with its M extent padded to `rows` with zeros (an M bucket's kernel runs at its tuned M; rows of C past
+    the call's M are computed from the zero rows and dropped)."""
+    if trans:  # K x M
+        padded = a.new_zeros((a.shape[0], rows))
+        padded[:, : a.shape[1]].copy_(a)
+    else:
+        padded = a.new_zeros((rows, a.shape[1]))
+        padded[: a.shape[0]].copy_(a)
+    return padded
+
+
+# ---- rows: softmax, rmsnorm, layernorm over the last dimension ---------------------------------------------------
+
+@dataclass(frozen=True)
+class RowArgs:
+    x: object
+    weight: object = None
+    bias: object = None
+    eps: float = 0.0
+
+
+def _row_workspaces(inst, shape: tuple) -> tuple:
+    """A split row kernel's fp32 partials (codegen.families.rows.RowInstance.workspace_shape), or none."""
+    ws = inst.workspace_shape(tuple(shape))
+    return () if ws is None else ((tuple(ws), torch.float32),)
+
+
+def _as_rows(x, shape):
+    """x as the kernel's [rows, cols] (a view; x itself when it is that already)."""
+    return x if x.dim() == 2 else x.view(shape)
+
+
+def _rows(x) -> tuple[int, int]:
+    cols = x.shape[-1]
+    return (x.numel() // cols if cols else 0), cols
+
+
+class SoftmaxAdapter(Adapter):
+    op = "softmax"
+
+    def want_of(self, inst) -> Want | None:
+        i, o, acc = inst.spec_dtypes
+        return Want("softmax", (("dtypes", f"{i}/{o}"),)) if acc == ACCUMULATE else None
+
+    def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:
+        check_tensor(ctx, "softmax", "x", args.x)
+        _require(args.x.dim() >= 1, "softmax", lambda: "x must have at least one dimension")
+        d = ctx.dtype_name("softmax", "x", args.x.dtype)
+        return Want("softmax", (("dtypes", f"{d}/{d}"),)), _rows(args.x)
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return _row_workspaces(inst, run_shape)
+
+    def run(self, kernel, prep: Prepared, args: RowArgs, shape, run_shape):
+        from codegen.families.rows import RowCase
+
+        x = _as_rows(args.x, shape)
+        out = _empty(prep.out_shape, args.x.dtype, x.device)
+        ws = prep.alloc_workspaces(x.device)
+        prep.launch(kernel, RowCase(X=x, WS=ws[0] if ws else None), out)
+        return out if out.dim() == args.x.dim() else out.view(args.x.shape)
+
+    def fallback(self, args: RowArgs):
+        return torch.softmax(args.x, dim=-1, dtype=torch.float32).to(args.x.dtype)
+
+    def fake(self, args: RowArgs):
+        return args.x.new_empty(args.x.shape)
+
+
+class NormAdapter(Adapter):
+    """rmsnorm and layernorm: one class, the op (and so the bias) is the difference."""
+
+    def __init__(self, op: str):
+        self.op = op
+        self.bias = op == "layernorm"
+
+    def want_of(self, inst) -> Want | None:
+        i, o, acc = inst.spec_dtypes
+        return Want(self.op, (("dtypes", f"{i}/{o}"), ("eps", as_fp32(inst.eps)))) if acc == ACCUMULATE else None
+
+    def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:
+        op = self.op
+        check_tensor(ctx, op, "x", args.x)
+        _require(args.x.dim() >= 1, op, lambda: "x must have at least one dimension")
+        check_tensor(ctx, op, "weight", args.weight, ndim=1, dtype=args.x.dtype, like=args.x)
+        _require(args.weight.shape[0] == args.x.shape[-1], op,
+                 lambda: f"weight has {args.weight.shape[0]} elements, x's rows {args.x.shape[-1]}")
+        if self.bias:
+            check_tensor(ctx, op, "bias", args.bias, ndim=1, dtype=args.x.dtype, like=args.x)
+            _require(args.bias.shape[0] == args.x.shape[-1], op,
+                     lambda: f"bias has {args.bias.shape[0]} elements, x's rows {args.x.shape[-1]}")
+        _require(math.isfinite(args.eps) and args.eps > 0, op, lambda: f"eps must be a positive number, not {args.eps}")
+        d = ctx.dtype_name(op, "x", args.x.dtype)
+        return Want(op, (("dtypes", f"{d}/{d}"), ("eps", as_fp32(args.eps)))), _rows(args.x)
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return _row_workspaces(inst, run_shape)
+
+    def run(self, kernel, prep: Prepared, args: RowArgs, shape, run_shape):
+        from codegen.families.norm.numerics import NormCase
+
+        x = _as_rows(args.x, shape)
+        ws = prep.alloc_workspaces(x.device)
+        case = NormCase(X=x, W=args.weight, B=args.bias if self.bias else None, WS=ws[0] if ws else None)
+        out = _empty(prep.out_shape, args.x.dtype, x.device)
+        prep.launch(kernel, case, out)
+        return out if out.dim() == args.x.dim() else out.view(args.x.shape)
+
+    def fallback(self, args: RowArgs):
+        """The kernels' arithmetic: fp32 statistics, x * rstd * w (+ b) in fp32, one rounding to the output."""
+        import torch.nn.functional as F
+
+        x, n = args.x.float(), (args.x.shape[-1],)
+        if self.bias:
+            y = F.layer_norm(x, n, args.weight.float(), args.bias.float(), args.eps)
+        else:
+            y = F.rms_norm(x, n, args.weight.float(), args.eps)
+        return y.to(args.x.dtype)
+
+    def fake(self, args: RowArgs):
+        return args.x.new_empty(args.x.shape)
+
+
+# ---- rope: rotate_half of Q [tokens, heads, d] and K [tokens, kv_heads, d] ---------------------------------------
+
+@dataclass(frozen=True)
+class RopeArgs:
+    q: object
+    k: object
+    cos: object  # [tokens, rotary_dim / 2] fp32
+    sin: object
+
+
+class RopeAdapter(Adapter):
+    """The output is one buffer [tokens*heads + tokens*kv_heads, head_dim]: Q_out's rows, then K_out's (the
+    rope numerics' layout); Ops.rope hands back its two views."""
+
+    op = "rope"
+
+    def want_of(self, inst) -> Want | None:
+        i, o, acc = inst.spec_dtypes
+        if acc != ACCUMULATE:
+            return None
+        return Want("rope", (("dtypes", f"{i}/{o}"), ("head_dim", inst.head_dim), ("rotary_dim", inst.rotary_dim)))
+
+    def call(self, ctx: Ctx, args: RopeArgs) -> tuple[Want, tuple]:
+        op = "rope"
+        check_tensor(ctx, op, "q", args.q, ndim=3)
+        check_tensor(ctx, op, "k", args.k, ndim=3, dtype=args.q.dtype, like=args.q)
+        for name, t in (("cos", args.cos), ("sin", args.sin)):
+            check_tensor(ctx, op, name, t, ndim=2, dtype=torch.float32, like=args.q)
+        t, h, d = args.q.shape
+        _require(args.k.shape[0] == t and args.k.shape[2] == d, op,
+                 lambda: f"q ({_shape(args.q)}) and k ({_shape(args.k)}) must share tokens and head_dim")
+        _require(tuple(args.sin.shape) == tuple(args.cos.shape), op, lambda: f"cos ({_shape(args.cos)}) and sin "
+                                                                     f"({_shape(args.sin)}) differ")
+        half = args.cos.shape[1]
+        _require(args.cos.shape[0] == t and 0 < 2 * half <= d, op,
+                 lambda: f"cos/sin must be [tokens={t}, rotary_dim/2] with rotary_dim <= head_dim={d}, not {_shape(args.cos)}")
+        dt = ctx.dtype_name(op, "q", args.q.dtype)
+        want = Want(op, (("dtypes", f"{dt}/{dt}"), ("head_dim", d), ("rotary_dim", 2 * half)))
+        return want, (t, h, args.k.shape[1])
+
+    def run(self, kernel, prep: Prepared, args: RopeArgs, shape, run_shape):
+        from codegen.families.rope.numerics import RopeCase
+
+        case = RopeCase(Q=args.q, K=args.k, COS=args.cos, SIN=args.sin, Q32=None, K32=None, positions=None)
+        out = _empty(prep.out_shape, args.q.dtype, args.q.device)
+        prep.launch(kernel, case, out)
+        return out
+
+    def fallback(self, args: RopeArgs):
+        from codegen.families.rope.numerics import rope32
+
+        r = 2 * args.cos.shape[1]
+        q = rope32(args.q.float(), args.cos, args.sin, r).to(args.q.dtype)
+        k = rope32(args.k.float(), args.cos, args.sin, r).to(args.k.dtype)
+        return torch.cat((q.reshape(-1, q.shape[-1]), k.reshape(-1, k.shape[-1])))
+
+    def fake(self, args: RopeArgs):
+        t, h, d = args.q.shape
+        return args.q.new_empty((t * h + t * args.k.shape[1], d))
+
+
+# ---- attention: Q, O [batch, seq_q, heads, d]; K, V [batch, seq_kv, kv_heads, d] --------------------------------
+
+@dataclass(frozen=True)
+class AttentionArgs:
+    q: object
+    k: object
+    v: object
+    mask: str  # none | top_left | bottom_right
+    scale: float | None  # None: 1/sqrt(head_dim)
+
+
+class AttentionAdapter(Adapter):
+    """attention (variant prefill kernels) and attention_decode (variant decode: split KV, fp32 workspaces from
+    torch's allocator); one torch fallback for both (SDPA)."""
+
+    op = "attention"
+
+    def __init__(self, variant: str):
+        self.variant = variant
+        self.name = "attention" if variant == "prefill" else "attention_decode"
+
+    def want_of(self, inst) -> Want | None:
+        i, o, acc = inst.spec_dtypes
+        if acc != ACCUMULATE or inst.variant.value != self.variant:
+            return None
+        return self._want(f"{i}/{o}", inst.head_dim, inst.mask.value, inst.softmax_scale)
+
+    def _want(self, dtypes, head_dim, mask, scale) -> Want:
+        return Want("attention", (("variant", self.variant), ("dtypes", dtypes), ("head_dim", head_dim),
+                                  ("mask", mask), ("scale", as_fp32(scale))))
+
+    def call(self, ctx: Ctx, args: AttentionArgs) -> tuple[Want, tuple]:
+        op = self.name
+        check_tensor(ctx, op, "q", args.q, ndim=4)
+        check_tensor(ctx, op, "k", args.k, ndim=4, dtype=args.q.dtype, like=args.q)
+        check_tensor(ctx, op, "v", args.v, ndim=4, dtype=args.q.dtype, like=args.q)
+        b, sq, h, d = args.q.shape
+        _require(tuple(args.k.shape) == tuple(args.v.shape), op, lambda: f"k ({_shape(args.k)}) and v ({_shape(args.v)}) differ")
+        _, skv, kvh, dk = args.k.shape
+        _require(args.k.shape[0] == b and dk == d, op, lambda: f"q ({_shape(args.q)}) is [batch, seq_q, heads, head_dim] and "
+                                                       f"k ({_shape(args.k)}) [batch, seq_kv, kv_heads, head_dim]: "
+                                                       "batch and head_dim differ")
+        _require(kvh > 0 and h % kvh == 0, op, lambda: f"heads={h} is not a multiple of kv_heads={kvh}")
+        _require(args.mask in MASKS, op, lambda: f"causal={args.mask!r} is not one of False, True, {', '.join(MASKS[1:])}")
+        _require(args.mask != "bottom_right" or sq <= skv, op,
+                 lambda: f"causal bottom_right with seq_q={sq} over seq_kv={skv}: the first queries would see no key")
+        scale = 1.0 / math.sqrt(d) if args.scale is None else args.scale
+        _require(math.isfinite(scale) and scale > 0, op, lambda: f"scale must be a positive number, not {scale}")
+        dt = ctx.dtype_name(op, "q", args.q.dtype)
+        return self._want(f"{dt}/{dt}", d, args.mask, scale), (b, h, kvh, sq, skv)
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return tuple((tuple(s), torch.float32) for s in inst.workspace_shapes(run_shape))
+
+    def run(self, kernel, prep: Prepared, args: AttentionArgs, shape, run_shape):
+        from codegen.families.attention.numerics import AttentionCase
+
+        case = AttentionCase(Q=args.q, K=args.k, V=args.v, workspace=prep.alloc_workspaces(args.q.device))
+        out = _empty(prep.out_shape, args.q.dtype, args.q.device)
+        prep.launch(kernel, case, out)
+        return out
+
+    def fallback(self, args: AttentionArgs):
+        import torch.nn.functional as F
+
+        from codegen.families.attention.numerics import sdpa_mask
+        from codegen.families.attention.spec import CausalMask
+
+        q, k, v = (t.transpose(1, 2) for t in (args.q, args.k, args.v))
+        scale = 1.0 / math.sqrt(q.shape[-1]) if args.scale is None else args.scale
+        masking = sdpa_mask(CausalMask(args.mask), q.shape[2], k.shape[2])
+        o = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=q.shape[1] != k.shape[1], **masking)
+        return o.transpose(1, 2).contiguous()
+
+    def fake(self, args: AttentionArgs):
+        return args.q.new_empty(args.q.shape)
+
+
+ADAPTERS: dict[str, Adapter] = {
+    "gemm": GemmAdapter(),
+    "softmax": SoftmaxAdapter(),
+    "rmsnorm": NormAdapter("rmsnorm"),
+    "layernorm": NormAdapter("layernorm"),
+    "rope": RopeAdapter(),
+    "attention": AttentionAdapter("prefill"),
+    "attention_decode": AttentionAdapter("decode"),
+}
+
+
+def mask_name(causal) -> str:
+    """The mask of `causal=`: False / 'none', True / 'top_left' (SDPA's is_causal), or 'bottom_right'."""
+    if causal is False or causal is None:
+        return "none"
+    if causal is True:
+        return "top_left"
+    return str(causal)

@@ -1,0 +1,368 @@
+"""`load(project_dir)` -> `Ops`: the project's kernels as callables on torch tensors, dispatched per shape.
+
+Each callable is a thin wrapper over its custom op (codegen.ops.library); the custom op's implementation is
+`Ops.run_op`: check the inputs (codegen.ops.adapters), find the route (codegen.ops.dispatch.resolve, once per
+(want, shape)), count it, then launch the kernel (compiled or loaded once per configuration and compile
+shape, codegen.ops.cache) or run the torch fallback -- with a FallbackWarning once per shape, or a
+NoKernelError in strict mode.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from codegen.columns import Column, markdown_table
+from codegen.hardware import Target
+from codegen.ops import library
+from codegen.ops.adapters import ADAPTERS, AttentionArgs, Ctx, GemmArgs, RopeArgs, RowArgs, Want, mask_name
+from codegen.ops.cache import CacheEvent, OpsCache, PrecompileReport, local_environment, precompile
+from codegen.ops.dispatch import Candidate, Route, catalog, resolve
+from codegen.ops.errors import FallbackWarning, NoKernelError, OpsError, OpsInputError
+from codegen.render import RenderedFile
+
+
+class Backend(Protocol):
+    """Compiles (or loads) kernels for the device the ops run on."""
+
+    device_type: str  # torch's device type of the tensors the kernels take ("cuda" for CUDA and ROCm builds)
+
+    def get(self, rendered: RenderedFile, compile_shape: tuple) -> tuple[object, CacheEvent]: ...
+
+    def precompile(self, jobs: list[tuple[RenderedFile, tuple]], workers: int) -> PrecompileReport: ...
+
+
+class TileLangBackend:
+    """The GPU present: TileLang kernels cached under the project (codegen.ops.cache)."""
+
+    device_type = "cuda"
+
+    def __init__(self, project_root: Path, target: Target, gpu):
+        self.target = target
+        self.cache = OpsCache.of_project(project_root)
+        self.environment = local_environment(target, gpu)
+
+    def get(self, rendered: RenderedFile, compile_shape: tuple) -> tuple[object, CacheEvent]:
+        return self.cache.get(rendered, compile_shape, self.environment, self.target)
+
+    def precompile(self, jobs, workers: int) -> PrecompileReport:
+        return precompile(self.cache, jobs, self.environment, self.target, workers=workers)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatRow:
+    """Calls of one (op, want, shape) by one route."""
+
+    op: str
+    want: str  # the op's parameters (layout, dtypes, eps, ...)
+    shape: tuple
+    route: str  # tuned | spec | bucket | dynamic | fallback
+    kernel: str  # the kernel's name, or "torch"
+    spec: str
+    detail: str
+    calls: int
+
+
+@dataclass(kw_only=True)
+class _Plan:
+    """What one (op, want, shape) runs: its route, the kernel and its launch (None: the fallback), its calls."""
+
+    op: str
+    route: Route
+    kernel: object = None
+    prepared: object = None  # codegen.ops.adapters.Prepared
+    calls: int = 0
+    warned: bool = False
+
+
+STATS_COLUMNS = (
+    Column(header="op", value=lambda r: r.op, csv="op"),
+    Column(header="want", value=lambda r: r.want, csv="want"),
+    Column(header="shape", value=lambda r: "x".join(map(str, r.shape)), csv="shape"),
+    Column(header="route", value=lambda r: r.route, csv="route"),
+    Column(header="kernel", value=lambda r: r.kernel, csv="kernel"),
+    Column(header="calls", value=lambda r: r.calls, csv="calls", justify="right"),
+    Column(header="why", value=lambda r: r.detail, csv="detail"),
+)
+
+
+def stats_table(rows: list[StatRow]) -> str:
+    """Ops.stats() as a Markdown table (one column definition: codegen.columns)."""
+    return "\n".join(markdown_table(STATS_COLUMNS, rows))
+
+
+class Ops:
+    """The kernels of one project for one device. Build it with `tilegen.load`."""
+
+    def __init__(self, *, files: list[RenderedFile], target: Target, device_name: str, backend: Backend,
+                 strict: bool = False, project_root: Path | None = None):
+        self.target = target
+        self.device_name = device_name
+        self.strict = strict
+        self.project_root = project_root
+        self.backend = backend
+        self._ctx = Ctx(target=target, device_type=backend.device_type)
+        self._catalog = catalog(files, target)
+        self._routes: dict[tuple[Want, tuple], Route] = {}
+        self._plans: dict[tuple[str, Want, tuple], _Plan] = {}  # what each (op, want, shape) runs, and its count
+        self._kernels: dict[tuple[str, tuple], object] = {}
+        self._events: list[CacheEvent] = []
+        self._failed: dict[tuple[str, tuple], str] = {}  # (uri, compile shape) -> why its compile failed
+        self.handle = library.register(self)
+
+    # ---- the ops ---------------------------------------------------------------------------------------------
+    def linear(self, x, weight, bias=None):
+        """nn.Linear's y = x @ weight^T (+ bias): x [..., in], weight [out, in]; a GEMM of layout nt over x's
+        leading dimensions as M. The bias (if any) is added by torch after the kernel."""
+        if not x.is_contiguous():
+            raise OpsInputError(f"tilegen.linear: x is not contiguous (strides {tuple(x.stride())}): pass .contiguous()")
+        if x.dim() < 1:
+            raise OpsInputError("tilegen.linear: x must have at least one dimension")
+        y = self.gemm(x.reshape(-1, x.shape[-1]), weight, layout="nt")
+        y = y.view(*x.shape[:-1], weight.shape[0])
+        return y if bias is None else y + bias
+
+    def gemm(self, a, b, *, layout: str = "nn", out_dtype=None, precision: str | None = None):
+        """C = op(A) @ op(B), A and B stored as `layout` says (t: transposed: A as K x M, B as N x K; nt is
+        nn.Linear's); out_dtype: the output's dtype (default: the inputs'; required for fp8 inputs); precision:
+        fp32 inputs only, ieee (default), tf32 or 3xtf32."""
+        if out_dtype is None:
+            if a.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
+                raise OpsInputError("tilegen.gemm: fp8 inputs need out_dtype (the kernels write fp16, bf16 or fp32)")
+            out_dtype = a.dtype
+        if precision is None:
+            precision = "ieee" if a.dtype == torch.float32 else ""
+        if _direct(a, b):
+            return self.run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
+        return torch.ops.tilegen.gemm(a, b, layout, out_dtype, precision, self.handle)
+
+    def softmax(self, x):
+        """softmax over the last dimension, fp32 statistics."""
+        if _direct(x):
+            return self.run_op("softmax", RowArgs(x))
+        return torch.ops.tilegen.softmax(x, self.handle)
+
+    def rmsnorm(self, x, weight, eps: float):
+        """x * rsqrt(mean(x^2) + eps) * weight over the last dimension (fp32 arithmetic, one rounding)."""
+        if _direct(x, weight):
+            return self.run_op("rmsnorm", RowArgs(x, weight, None, float(eps)))
+        return torch.ops.tilegen.rmsnorm(x, weight, float(eps), self.handle)
+
+    def layernorm(self, x, weight, bias, eps: float):
+        """(x - mean) * rsqrt(var + eps) * weight + bias over the last dimension (biased variance)."""
+        if _direct(x, weight, bias):
+            return self.run_op("layernorm", RowArgs(x, weight, bias, float(eps)))
+        return torch.ops.tilegen.layernorm(x, weight, bias, float(eps), self.handle)
+
+    def rope(self, q, k, cos, sin):
+        """Rotary embedding (rotate_half, NeoX/Llama) of q [tokens, heads, head_dim] and k [tokens, kv_heads,
+        head_dim] with cos, sin [tokens, rotary_dim/2] in fp32; (q_out, k_out), out of place."""
+        if _direct(q, k, cos, sin):
+            out = self.run_op("rope", RopeArgs(q, k, cos, sin))
+        else:
+            out = torch.ops.tilegen.rope(q, k, cos, sin, self.handle)
+        nq = q.shape[0] * q.shape[1]
+        return out[:nq].view(q.shape), out[nq:].view(k.shape)
+
+    def attention(self, q, k, v, *, causal=False, scale: float | None = None):
+        """softmax(scale * q.k^T [masked]) . v -- q, output [batch, seq_q, heads, head_dim], k, v [batch, seq_kv,
+        kv_heads, head_dim] (GQA when heads > kv_heads); causal: False, True / 'top_left' (query i sees keys
+        j <= i) or 'bottom_right' (the queries are the last seq_q positions); scale default 1/sqrt(head_dim)."""
+        mask, scale = mask_name(causal), _scale(scale)
+        if _direct(q, k, v):
+            return self.run_op("attention", AttentionArgs(q, k, v, mask, scale))
+        return torch.ops.tilegen.attention(q, k, v, mask, scale, self.handle)
+
+    def attention_decode(self, q, k, v, *, causal=False, scale: float | None = None):
+        """attention served by the decode kernels (split KV: a few queries over a long KV cache)."""
+        mask, scale = mask_name(causal), _scale(scale)
+        if _direct(q, k, v):
+            return self.run_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
+        return torch.ops.tilegen.attention_decode(q, k, v, mask, scale, self.handle)
+
+    # ---- observation -----------------------------------------------------------------------------------------
+    def stats(self) -> list[StatRow]:
+        """Calls so far, per (op, want, shape, route, kernel), sorted. A CUDA graph's replays do not call the
+        ops again: they are counted once, when captured."""
+        rows = [StatRow(op=p.op, want=p.route.want.params_text(), shape=p.route.shape, route=p.route.route,
+                        kernel=p.route.kernel, spec=p.route.spec, detail=p.route.detail, calls=p.calls)
+                for p in self._plans.values() if p.calls]
+        return sorted(rows, key=lambda s: (s.op, s.want, s.shape, s.route, s.kernel))
+
+    def reset_stats(self) -> None:
+        for plan in self._plans.values():
+            plan.calls = 0
+
+    def cache_events(self) -> list[CacheEvent]:
+        """Every kernel made ready in this process: loaded from the project's cache (hit) or compiled."""
+        return list(self._events)
+
+    def route(self, op: str, args) -> Route:
+        """The route a call would take (checks its inputs; runs nothing). `op` is a key of
+        codegen.ops.adapters.ADAPTERS and `args` its argument record (GemmArgs, RowArgs, ...)."""
+        want, shape = self._adapter(op).call(self._ctx, args)
+        return self._route(want, shape)
+
+    def kernels(self) -> dict[Want, list[Candidate]]:
+        """The kernels the ops can call, by what they serve."""
+        return {w: list(c) for w, c in self._catalog.items()}
+
+    def precompile(self, *, workers: int | None = None) -> PrecompileReport:
+        """Compile, in parallel worker processes, every kernel at every compile shape a route can name (each
+        spec's and lockfile entry's shapes; a dynamic-M kernel once per (N, K)) that the project's cache does not
+        hold yet (the report's errors: those that failed). Later first calls load from the cache."""
+        import os
+
+        jobs = []
+        for cands in self._catalog.values():
+            for c in cands:
+                jobs += [(c.rendered, c.instance.compile_shape(s)) for s in c.shapes]
+        return self.backend.precompile(jobs, workers or os.cpu_count() or 1)
+
+    # ---- the custom ops' implementation ----------------------------------------------------------------------
+    def _adapter(self, op: str):
+        if op not in ADAPTERS:
+            raise OpsError(f"unknown tilegen op {op!r} (known: {', '.join(ADAPTERS)})")
+        return ADAPTERS[op]
+
+    def _route(self, want: Want, shape: tuple) -> Route:
+        key = (want, shape)
+        found = self._routes.get(key)
+        if found is None:
+            found = resolve(want, shape, self._catalog.get(want, []), self.device_name)
+            self._routes[key] = found
+        return found
+
+    def run_op(self, op: str, args):
+        """One call: check, route (once per (op, want, shape)), count, then the kernel or the fallback."""
+        adapter = ADAPTERS[op]
+        want, shape = adapter.call(self._ctx, args)
+        plan = self._plans.get((op, want, shape))
+        if plan is None:
+            plan = self._plan(op, want, shape)
+        plan.calls += 1
+        if plan.kernel is not None:
+            return adapter.run(plan.kernel, plan.prepared, args, shape, plan.route.run_shape)
+        self._fell_back(op, plan)
+        return adapter.fallback(args)
+
+    def _plan(self, op: str, want: Want, shape: tuple) -> _Plan:
+        route = self._route(want, shape)
+        plan = _Plan(op=op, route=route)
+        if route.rendered is not None:
+            plan.kernel = self._kernel(route)
+            if plan.kernel is None:  # its compile failed: the route is now a fallback that says so
+                plan.route = self._routes[(want, shape)]
+            else:
+                plan.prepared = ADAPTERS[op].prepare(route.rendered.instance, shape, route.run_shape)
+        self._plans[(op, want, shape)] = plan
+        return plan
+
+    def fake_op(self, op: str, args):
+        adapter = self._adapter(op)
+        adapter.call(self._ctx, args)
+        return adapter.fake(args)
+
+    def _fell_back(self, op: str, plan: _Plan) -> None:
+        if plan.warned and not self.strict:
+            return
+        route = plan.route
+        message = (f"tilegen.{op} {'x'.join(map(str, route.shape))} ({route.want.params_text()}): torch fallback: "
+                   f"{route.detail}")
+        if self.strict:
+            raise NoKernelError(message + " (strict mode)")
+        plan.warned = True
+        warnings.warn(message, FallbackWarning, stacklevel=4)
+
+    @staticmethod
+    def _compile_shape(route: Route) -> tuple:
+        return tuple(route.rendered.instance.compile_shape(route.run_shape))
+
+    def _failed_route(self, route: Route) -> Route:
+        why = self._failed[(route.rendered.uri, self._compile_shape(route))]
+        return Route(route="fallback", want=route.want, shape=route.shape, spec=route.spec,
+                     detail=f"its kernel {route.rendered.uri} ({route.route}) failed to compile: {why}")
+
+    def _kernel(self, route: Route):
+        """The compiled kernel of the route (made ready once); None, with the route replaced by a fallback that
+        names the compile error, when its compile failed (strict mode: NoKernelError)."""
+        key = (route.rendered.uri, self._compile_shape(route))
+        kernel = self._kernels.get(key)
+        if kernel is not None:
+            return kernel
+        if key not in self._failed:
+            try:
+                kernel, event = self.backend.get(route.rendered, key[1])
+            except Exception as exc:  # noqa: BLE001 - becomes the route's stated reason, never a silent fallback
+                text = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+                self._failed[key] = f"{type(exc).__name__}: {text[-1] if text else ''}"[:400]
+            else:
+                self._events.append(event)
+                self._kernels[key] = kernel
+                return kernel
+        failed = self._failed_route(route)
+        if self.strict:
+            raise NoKernelError(f"tilegen: {failed.detail} (strict mode)")
+        self._routes[(route.want, route.shape)] = failed
+        return None
+
+
+def _direct(*tensors) -> bool:
+    """Whether a call may run its implementation without going through torch's dispatcher (whose Python custom-op
+    machinery costs more than the dispatch itself): plain eager mode -- not tracing (torch.compile, export), no
+    torch-function or dispatch mode active, plain tensors (no fake or other subclass), nothing that autograd
+    would have to record. Otherwise the call is the custom op, and torch does what it does with one."""
+    if torch.compiler.is_compiling():
+        return False
+    dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+    function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+    if dispatch_modes is None or function_modes is None or dispatch_modes() or function_modes():
+        return False
+    grad = torch.is_grad_enabled()
+    return all(type(t) is torch.Tensor and not (grad and t.requires_grad) for t in tensors)
+
+
+def _scale(scale):
+    if scale is None:
+        return None
+    scale = float(scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise OpsInputError(f"tilegen.attention: scale must be a positive number, not {scale}")
+    return scale
+
+
+def load(project_dir: str | Path | None = None, *, strict: bool = False, backend: Backend | None = None,
+         target: Target | None = None, device_name: str | None = None) -> Ops:
+    """The ops of the project at `project_dir` (default: the project of the current folder, as the CLI finds
+    it) for the GPU present: its kernels (hand configurations and the lockfile's tuned ones) for the GPU's
+    target, its lockfile entries for this GPU model, compiled kernels cached under <project>/.cache/ops.
+    strict: a call no kernel serves raises NoKernelError instead of running the torch fallback.
+    `backend`, `target` and `device_name` replace the GPU present (tests: kernels that compute with torch)."""
+    from codegen.pipeline import Project
+    from codegen.project import resolve_root
+
+    root = resolve_root(Path(project_dir) if project_dir is not None else None)
+    if backend is None:
+        from codegen.gpu import NoGpu, detect_gpu
+
+        try:
+            gpu = detect_gpu()
+        except NoGpu as exc:
+            raise OpsError(f"tilegen.load: no GPU to run the kernels on: {exc}") from None
+        target = gpu.run_target if target is None else target
+        device_name = gpu.name if device_name is None else device_name
+        backend = TileLangBackend(root, target, gpu)
+    elif target is None or device_name is None:
+        raise OpsError("tilegen.load: a backend needs the target and device_name it stands for")
+    files = Project(root=root).rendered(None, [target])
+    return Ops(files=files, target=target, device_name=device_name, backend=backend, strict=strict,
+               project_root=root)
+
+
+__all__ = ["Backend", "FallbackWarning", "NoKernelError", "Ops", "OpsError", "OpsInputError", "StatRow",
+           "TileLangBackend", "load", "stats_table"]

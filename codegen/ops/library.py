@@ -1,0 +1,117 @@
+"""The ops as torch.library custom ops (namespace `tilegen`), each with a register_fake: torch.compile traces a
+model that calls them as opaque nodes of its graph (no graph break), and runs the real implementation -- the
+dispatch of the Ops object the call names, codegen.ops.api -- when the compiled graph runs.
+
+The Ops object travels as an int handle (a graph constant): the live Ops objects are kept by handle here.
+Outputs are fresh tensors from torch's allocator (workspaces too); nothing on the call path waits on the GPU,
+so a CUDA graph can capture the calls (compile each shape before capturing: the first call compiles or loads).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import torch
+
+from codegen.ops.adapters import AttentionArgs, GemmArgs, RopeArgs, RowArgs
+from codegen.ops.errors import OpsError
+
+NAMESPACE = "tilegen"
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_HANDLES = itertools.count(1)
+
+
+def register(ops) -> int:
+    handle = next(_HANDLES)
+    _LIVE[handle] = ops
+    return handle
+
+
+def lookup(handle: int):
+    try:
+        return _LIVE[int(handle)]
+    except KeyError:
+        raise OpsError(f"tilegen ops handle {handle} names no live Ops object (it was garbage-collected; keep "
+                       "the object tilegen.load returned for as long as a model calls its ops)") from None
+
+
+def _op(name: str):
+    return torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=())
+
+
+@_op("gemm")
+def gemm(a: torch.Tensor, b: torch.Tensor, layout: str, out_dtype: torch.dtype, precision: str,
+         handle: int) -> torch.Tensor:
+    return lookup(handle).run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
+
+
+@gemm.register_fake
+def _(a, b, layout, out_dtype, precision, handle):
+    return lookup(handle).fake_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
+
+
+@_op("softmax")
+def softmax(x: torch.Tensor, handle: int) -> torch.Tensor:
+    return lookup(handle).run_op("softmax", RowArgs(x))
+
+
+@softmax.register_fake
+def _(x, handle):
+    return lookup(handle).fake_op("softmax", RowArgs(x))
+
+
+@_op("rmsnorm")
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> torch.Tensor:
+    return lookup(handle).run_op("rmsnorm", RowArgs(x, weight, None, eps))
+
+
+@rmsnorm.register_fake
+def _(x, weight, eps, handle):
+    return lookup(handle).fake_op("rmsnorm", RowArgs(x, weight, None, eps))
+
+
+@_op("layernorm")
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, handle: int) -> torch.Tensor:
+    return lookup(handle).run_op("layernorm", RowArgs(x, weight, bias, eps))
+
+
+@layernorm.register_fake
+def _(x, weight, bias, eps, handle):
+    return lookup(handle).fake_op("layernorm", RowArgs(x, weight, bias, eps))
+
+
+@_op("rope")
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, handle: int) -> torch.Tensor:
+    """Q_out and K_out in one buffer [tokens*heads + tokens*kv_heads, head_dim] (Ops.rope returns its views)."""
+    return lookup(handle).run_op("rope", RopeArgs(q, k, cos, sin))
+
+
+@rope.register_fake
+def _(q, k, cos, sin, handle):
+    return lookup(handle).fake_op("rope", RopeArgs(q, k, cos, sin))
+
+
+@_op("attention")
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str, scale: float | None,
+              handle: int) -> torch.Tensor:
+    return lookup(handle).run_op("attention", AttentionArgs(q, k, v, mask, scale))
+
+
+@attention.register_fake
+def _(q, k, v, mask, scale, handle):
+    return lookup(handle).fake_op("attention", AttentionArgs(q, k, v, mask, scale))
+
+
+@_op("attention_decode")
+def attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str, scale: float | None,
+                     handle: int) -> torch.Tensor:
+    return lookup(handle).run_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
+
+
+@attention_decode.register_fake
+def _(q, k, v, mask, scale, handle):
+    return lookup(handle).fake_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
+
+
+OPS = ("gemm", "softmax", "rmsnorm", "layernorm", "rope", "attention", "attention_decode")

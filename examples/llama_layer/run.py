@@ -1,0 +1,622 @@
+#!/usr/bin/env python3
+"""One Llama-3-8B decoder layer -- transformers' own LlamaDecoderLayer, random weights -- run as transformers
+wrote it and with every projection, both RMSNorms, RoPE and attention routed through this project's tilegen ops
+(tilegen.patch_llama_layer). In one run:
+
+1. compiles the project's kernels in parallel into examples/llama_layer/.cache/ops (loads them when cached);
+2. checks both layers against an fp32 reference of the same layer (same weights, same inputs) within a modelled
+   tolerance, prefill and decode, and two negative controls (one op broken on purpose) that must fail it;
+3. shows every op call's route (tuned / spec / bucket / dynamic / fallback) and a dispatch check at odd shapes;
+4. times prefill (batch 1 x 2048 tokens) and decode (batch 16 x 1 token over a 4096-position KV cache) for both
+   layers in eager mode, under torch.compile and replayed as a CUDA graph, and counts torch.compile's graph
+   breaks of the tilegen layer;
+5. measures the first calls of a fresh process (kernels loaded from the cache, not compiled);
+6. prints the tables and writes reports/llama_layer_<device>.json and .md beside this file.
+
+    python3 examples/llama_layer/run.py [--phases prefill,decode] [--no-compile] [--no-graphs]
+
+from the repository root on a GPU machine (torch with CUDA, transformers, tilelang). Exit code 1 if a check
+fails or a negative control is not caught.
+
+The tolerance (per output element; `tolerance` below): both bf16 layers are compared with the fp32 reference
+  tol = u*(|ref| + |h|) + Z*u*(sqrt(S_ATTN)*rms(a) + sqrt(S_ATTN + S_MLP)*rms(m))
+u = 2^-8 (bf16 unit roundoff). The first term bounds the two roundings of the residual stream, which reach the
+output unscaled: the output's own, and that of h = x + a, the residual after attention. a = the attention
+branch's output, m = the MLP branch's (h, a and m are the reference's, by forward hooks): each bf16 rounding of
+an intermediate inside a branch (S_ATTN = 6 in the attention
+branch: the normed input, q/k/v, the rope tables and q/k, P before P.V, the attention output, o_proj; S_MLP = 6
+in the MLP: the normed input as it reads h, gate/up, SiLU, the product, down_proj) is a relative error of
+at most u that the following linear maps carry to the branch output at its own scale; the errors add as a random
+walk (sqrt of the count), the MLP's on top of the attention branch's (it reads the residual sum), and Z = 6
+standard deviations bound the largest of ~10^7 elements. transformers' own bf16 layer must pass it too (the
+model's check); a control must fail it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+try:
+    import tilegen
+except ImportError:  # run from a checkout without PYTHONPATH: the repository's own package
+    sys.path.insert(0, str(REPO))
+    import tilegen
+
+import torch
+
+from codegen.bench import Timing
+from codegen.ops import stats_table
+from codegen.ops.llama import KVCache, call_layer, patch_llama_layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    """Llama-3-8B's layer sizes."""
+
+    hidden: int = 4096
+    heads: int = 32
+    kv_heads: int = 8
+    head_dim: int = 128
+    mlp: int = 14336
+    eps: float = 1e-5
+    rope_theta: float = 500000.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    phase: str  # prefill | decode
+    batch: int
+    tokens: int  # new tokens per sequence
+    cache: int  # positions of the KV cache after the step (0: no cache)
+
+
+LLAMA3_8B = Model()
+PREFILL = Workload(phase="prefill", batch=1, tokens=2048, cache=0)
+DECODE = Workload(phase="decode", batch=16, tokens=1, cache=4096)
+U_BF16 = 2.0**-8
+Z = 6.0
+S_ATTN, S_MLP = 6, 6
+SMOKE_MODEL = Model(hidden=512, heads=4, kv_heads=2, head_dim=128, mlp=1024)
+SMOKE_WORKLOADS = (Workload(phase="prefill", batch=1, tokens=128, cache=0),
+                   Workload(phase="decode", batch=2, tokens=1, cache=256))
+DEVICE = "cuda"  # "cpu" in a --smoke run
+DROPPED_K = 64  # the negative control's dropped K columns of down_proj: one K tile of the prefill GEMM (block_k 64)
+
+
+# ---- the layer -----------------------------------------------------------------------------------------------
+
+def build_layer(model: Model, *, seed: int, device, dtype=torch.bfloat16):
+    """transformers' LlamaDecoderLayer at `model`'s sizes, SDPA attention, weights drawn from `seed`: projections
+    N(0, 0.02^2) (the config's initializer_range), RMSNorm weights 1 + N(0, 0.1^2) (not all ones, so a norm that
+    drops its weight is seen); and its rotary embedding."""
+    from transformers.models.llama import modeling_llama as ml
+
+    config = ml.LlamaConfig(hidden_size=model.hidden, intermediate_size=model.mlp, num_attention_heads=model.heads,
+                            num_key_value_heads=model.kv_heads, head_dim=model.head_dim, rms_norm_eps=model.eps,
+                            rope_theta=model.rope_theta, max_position_embeddings=8192, hidden_act="silu")
+    config._attn_implementation = "sdpa"
+    layer = ml.LlamaDecoderLayer(config, layer_idx=0).to(device=device, dtype=dtype).eval()
+    g = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(layer.named_parameters()):
+            noise = torch.randn(p.shape, generator=g, device=device, dtype=torch.float32)
+            p.copy_(1 + 0.1 * noise if "norm" in name else config.initializer_range * noise)
+    rotary = ml.LlamaRotaryEmbedding(config=config).to(device)
+    return layer, rotary
+
+
+@dataclass
+class Inputs:
+    """One workload's inputs: hidden states, positions' (cos, sin) in bf16 and fp32, the earlier K/V of the cache."""
+
+    x: object
+    pe: tuple
+    pe32: tuple
+    past_k: object = None  # [batch, cache - tokens, kv_heads, head_dim]
+    past_v: object = None
+
+
+def make_inputs(model: Model, w: Workload, rotary, *, seed: int, device) -> Inputs:
+    g = torch.Generator(device=device).manual_seed(seed + 1)
+    x = torch.randn(w.batch, w.tokens, model.hidden, generator=g, device=device).to(torch.bfloat16)
+    start = max(w.cache - w.tokens, 0)
+    pos = torch.arange(start, start + w.tokens, device=device)[None].expand(w.batch, w.tokens)
+    inputs = Inputs(x=x, pe=rotary(x, pos), pe32=rotary(x.float(), pos))
+    if w.cache:
+        shape = (w.batch, w.cache - w.tokens, model.kv_heads, model.head_dim)
+        inputs.past_k = torch.randn(shape, generator=g, device=device).to(torch.bfloat16)
+        inputs.past_v = torch.randn(shape, generator=g, device=device).to(torch.bfloat16)
+    return inputs
+
+
+def make_cache(model: Model, w: Workload, inputs: Inputs, layout: str, dtype):
+    if not w.cache:
+        return None
+    cache = KVCache(batch=w.batch, kv_heads=model.kv_heads, head_dim=model.head_dim, max_len=w.cache, layout=layout,
+                    dtype=dtype, device=inputs.x.device)
+    cache.fill(0, inputs.past_k.to(dtype), inputs.past_v.to(dtype))
+    return cache
+
+
+def run_fp32_reference(ref_layer, model: Model, w: Workload, inputs: Inputs):
+    """The layer in fp32 (TF32 off): its output, the residual after attention h, and the RMS of the attention and
+    MLP branch outputs."""
+    from codegen.families.gemm.numerics import full_fp32
+
+    branches = {}
+    hooks = [ref_layer.self_attn.register_forward_hook(lambda m, a, out: branches.__setitem__("a", out[0])),
+             ref_layer.mlp.register_forward_hook(lambda m, a, out: branches.__setitem__("m", out)),
+             ref_layer.post_attention_layernorm.register_forward_pre_hook(lambda m, a: branches.__setitem__("h", a[0]))]
+    try:
+        with full_fp32(), torch.no_grad():
+            out = call_layer(ref_layer, inputs.x.float(), inputs.pe32, make_cache(model, w, inputs, "bhsd", torch.float32))
+    finally:
+        for h in hooks:
+            h.remove()
+    rms = {k: float(branches[k].float().square().mean().sqrt()) for k in ("a", "m")}
+    return out, branches["h"], rms["a"], rms["m"]
+
+
+@dataclass(kw_only=True)
+class Tolerance:
+    u: float
+    z: float
+    s_attn: int
+    s_mlp: int
+    rms_attn: float
+    rms_mlp: float
+
+    @property
+    def floor(self) -> float:
+        return self.z * self.u * (math.sqrt(self.s_attn) * self.rms_attn + math.sqrt(self.s_attn + self.s_mlp) * self.rms_mlp)
+
+    def bound(self, ref, h):
+        return self.u * (ref.abs() + h.abs()) + self.floor
+
+    def describe(self) -> str:
+        return (f"{self.u:.3g}*(|ref| + |h|) + {self.z:g}*{self.u:.3g}*(sqrt({self.s_attn})*{self.rms_attn:.4g} + "
+                f"sqrt({self.s_attn + self.s_mlp})*{self.rms_mlp:.4g}) = {self.u:.3g}*(|ref| + |h|) + {self.floor:.4g}")
+
+
+def tolerance(rms_attn: float, rms_mlp: float) -> Tolerance:
+    return Tolerance(u=U_BF16, z=Z, s_attn=S_ATTN, s_mlp=S_MLP, rms_attn=rms_attn, rms_mlp=rms_mlp)
+
+
+def compare(name: str, out, ref, h, tol: Tolerance) -> dict:
+    diff = (out.float() - ref).abs()
+    bound = tol.bound(ref, h)
+    bad = int((~(diff <= bound)).sum())  # NaN counts
+    return {"name": name, "passed": bad == 0, "mismatches": bad, "elements": diff.numel(),
+            "max_abs_err": float(diff.nan_to_num(nan=math.inf).max()),
+            "max_err_over_tol": float((diff / bound).nan_to_num(nan=math.inf).max()),
+            "rms_rel_err": float(diff.square().mean().sqrt() / ref.square().mean().sqrt())}
+
+
+# ---- negative controls: one op broken on purpose -----------------------------------------------------------
+
+class _Broken:
+    """The ops with one of them wrong."""
+
+    def __init__(self, ops):
+        self._ops = ops
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
+
+
+class WrongWayRope(_Broken):
+    """RoPE rotating the other way (sin negated): q and k at the wrong angles."""
+
+    def rope(self, q, k, cos, sin):
+        return self._ops.rope(q, k, cos, -sin)
+
+
+class DroppedKTile(_Broken):
+    """down_proj missing its last K tile: the last DROPPED_K input columns read as zeros."""
+
+    def __init__(self, ops, k: int):
+        super().__init__(ops)
+        self._k = k
+
+    def linear(self, x, weight, bias=None):
+        if weight.shape[1] == self._k:
+            x = x.clone()
+            x[..., -DROPPED_K:] = 0
+        return self._ops.linear(x, weight, bias)
+
+
+CONTROLS = {"rope_wrong_way": lambda ops, model: WrongWayRope(ops),
+            "down_proj_k_tile_dropped": lambda ops, model: DroppedKTile(ops, model.mlp)}
+
+
+# ---- timing -------------------------------------------------------------------------------------------------
+
+def time_ms(fn, iters: int, warmup: int = 3) -> Timing:
+    """Per-call times of back-to-back calls (CUDA events): what the GPU waits for the host shows, as a user's loop
+    sees it. (On the CPU of a --smoke run: wall-clock.)"""
+    for _ in range(warmup):
+        fn()
+    if DEVICE == "cpu":
+        times = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return Timing.of(times)
+    torch.cuda.synchronize()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return Timing.of([s.elapsed_time(e) for s, e in pairs])
+
+
+def cuda_graph(fn):
+    """fn captured as a CUDA graph (warmed up on a side stream first); its replay."""
+    if DEVICE == "cpu":
+        raise RuntimeError("no CUDA graphs on the CPU")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+# ---- the run --------------------------------------------------------------------------------------------------
+
+def first_calls(out_path: str, phases: list[str], seed: int) -> int:
+    """In a fresh process: load the ops and call the tilegen layer once per phase; what it took, as JSON."""
+    t0 = time.perf_counter()
+    ops = tilegen.load(HERE)
+    loaded = time.perf_counter() - t0
+    layer, rotary = build_layer(LLAMA3_8B, seed=seed, device=DEVICE)
+    ours = patch_llama_layer(layer, ops)
+    doc = {"load_s": loaded, "phases": {}}
+    for w in (PREFILL, DECODE):
+        if w.phase not in phases:
+            continue
+        inputs = make_inputs(LLAMA3_8B, w, rotary, seed=seed, device=DEVICE)
+        cache = make_cache(LLAMA3_8B, w, inputs, "bshd", torch.bfloat16)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        with torch.no_grad():
+            call_layer(ours, inputs.x, inputs.pe, cache)
+        torch.cuda.synchronize()
+        doc["phases"][w.phase] = time.perf_counter() - t
+    doc["kernels"] = [asdict(e) for e in ops.cache_events()]
+    Path(out_path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    return 0
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"torch": torch.__version__, "cuda": str(torch.version.cuda or torch.version.hip)}
+    for pkg in ("transformers", "tilelang"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    try:
+        out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                       check=False).stdout.strip()
+    except OSError:
+        out["commit"] = "unknown"
+    return out
+
+
+def _ratio(base: float | None, t: float | None) -> str:
+    return f"{base / t:.3f}x" if base and t else ""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phases", default="prefill,decode", help="comma-separated: prefill, decode")
+    ap.add_argument("--iters", type=int, default=0, help="timed calls per row (default: 30 prefill, 200 decode)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    ap.add_argument("--no-graphs", action="store_true", help="skip the CUDA-graph rows")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reports", default=str(HERE / "reports"), help="where the JSON and Markdown go")
+    ap.add_argument("--first-calls", metavar="JSON", help=argparse.SUPPRESS)  # the fresh process of step 5
+    # this script's own code at small sizes on the CPU, with the ops tilegen.load gives there (tests: kernels that
+    # compute with torch); nothing it prints is a measurement
+    ap.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    global DEVICE
+    DEVICE = "cpu" if args.smoke else "cuda"
+    if not args.smoke and not torch.cuda.is_available():
+        print(f"run.py needs a GPU: torch {torch.__version__} sees none", file=sys.stderr)
+        return 2
+    if args.first_calls:
+        return first_calls(args.first_calls, phases, args.seed)
+    model, workloads = (SMOKE_MODEL, SMOKE_WORKLOADS) if args.smoke else (LLAMA3_8B, (PREFILL, DECODE))
+    workloads = [w for w in workloads if w.phase in phases]
+    report: dict = {"command": "python3 examples/llama_layer/run.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                    "device": "cpu (smoke run)" if args.smoke else torch.cuda.get_device_name(), **versions(),
+                    "model": asdict(model),
+                    "workloads": [asdict(w) for w in workloads]}
+    print(f"device {report['device']}, torch {report['torch']}, transformers {report['transformers']}, "
+          f"tilelang {report['tilelang']}")
+
+    # 1. the kernels
+    t0 = time.perf_counter()
+    ops = tilegen.load(HERE)
+    pre = ops.precompile()
+    report["compile"] = {"kernels": pre.kernels, "already_cached": pre.cached, "seconds": pre.seconds,
+                         "errors": {f"{u} {s}": e for (u, s), e in pre.errors.items()}}
+    print(f"kernels: {pre.kernels} (configuration, compile shape), {pre.cached} already in the cache, compiled the "
+          f"rest in {pre.seconds:.1f} s; load {time.perf_counter() - t0 - pre.seconds:.1f} s")
+    for (uri, shape), error in sorted(pre.errors.items()):
+        print(f"  compile failed: {uri} {shape}: {error}")
+
+    # 2. correctness
+    layer, rotary = build_layer(model, seed=args.seed, device=DEVICE)
+    ours = patch_llama_layer(copy.deepcopy(layer), ops)
+    ref_layer = copy.deepcopy(layer).float()
+    broken = {name: patch_llama_layer(copy.deepcopy(layer), make(ops, model)) for name, make in CONTROLS.items()}
+    inputs = {w.phase: make_inputs(model, w, rotary, seed=args.seed, device=DEVICE) for w in workloads}
+    checks, ok = [], True
+    ops.reset_stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", tilegen.FallbackWarning)
+        for w in workloads:
+            inp = inputs[w.phase]
+            ref, h, rms_a, rms_m = run_fp32_reference(ref_layer, model, w, inp)
+            tol = tolerance(rms_a, rms_m)
+            with torch.no_grad():
+                hf = call_layer(layer, inp.x, inp.pe, make_cache(model, w, inp, "bhsd", torch.bfloat16))
+                tg = call_layer(ours, inp.x, inp.pe, make_cache(model, w, inp, "bshd", torch.bfloat16))
+                routes = ops.stats()
+                rows = [compare("transformers (bf16)", hf, ref, h, tol), compare("tilegen (bf16)", tg, ref, h, tol)]
+                for name, bad_layer in broken.items():
+                    out = call_layer(bad_layer, inp.x, inp.pe, make_cache(model, w, inp, "bshd", torch.bfloat16))
+                    rows.append(compare(f"control: {name}", out, ref, h, tol) | {"control": True})
+            for r in rows:
+                r["phase"] = w.phase
+                r["caught"] = not r["passed"] if r.get("control") else None
+                ok &= r["caught"] if r.get("control") else r["passed"]
+            checks += rows
+            report.setdefault("tolerance", {})[w.phase] = tol.describe()
+            print(f"\n{w.phase}: tolerance {tol.describe()}")
+            for r in rows:
+                verdict = ("caught" if r["caught"] else "NOT CAUGHT") if r.get("control") else \
+                    ("pass" if r["passed"] else "FAIL")
+                print(f"  {r['name']:<34} {verdict:<10} max |err|/tol {r['max_err_over_tol']:.3f}, "
+                      f"max |err| {r['max_abs_err']:.4g}, rms rel err {r['rms_rel_err']:.3g}, "
+                      f"{r['mismatches']} of {r['elements']} over")
+            ops.reset_stats()
+            report.setdefault("routes", {})[w.phase] = [asdict(s) for s in routes]
+            print(f"\nroutes of the tilegen layer ({w.phase}, one call):\n{stats_table(routes)}")
+    report["checks"] = checks
+    report["fallback_warnings"] = sorted({str(c.message) for c in caught if c.category is tilegen.FallbackWarning})
+
+    # 3. the dispatch at other shapes: a dynamic-M token count, an M bucket, a shape no kernel serves
+    from codegen.families.gemm.numerics import Tolerance as GemmTolerance
+    from codegen.families.gemm.numerics import full_fp32
+
+    g = torch.Generator(device=DEVICE).manual_seed(args.seed + 2)
+    dispatch = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", tilegen.FallbackWarning)
+        for label, m, weight in (("q_proj at 300 tokens", 300, layer.self_attn.q_proj.weight),
+                                 ("gate_proj at 8 tokens", 8, layer.mlp.gate_proj.weight),
+                                 ("gate_proj at 100 tokens", 100, layer.mlp.gate_proj.weight)):
+            x = torch.randn(m, model.hidden, generator=g, device=DEVICE).to(torch.bfloat16)
+            with torch.no_grad():
+                y = ops.linear(x, weight)
+            with full_fp32():
+                ref, mag = x.float() @ weight.float().t(), x.float().abs() @ weight.float().abs().t()
+            bound = GemmTolerance(u_out=U_BF16, u_acc=2.0**-24, u_prod=0.0, k=model.hidden).bound(ref, mag)
+            good = bool(((y.float() - ref).abs() <= bound).all())
+            stat = next(s for s in ops.stats() if s.shape == (m, weight.shape[0], model.hidden))
+            dispatch.append({"call": label, "route": stat.route, "kernel": stat.kernel, "why": stat.detail,
+                             "within_gemm_tolerance": good})
+            ok &= good
+            ops.reset_stats()
+    report["dispatch_check"] = dispatch
+    print("\ndispatch at other shapes:")
+    for d in dispatch:
+        print(f"  {d['call']:<26} {d['route']:<9} {d['kernel']}  ({d['why']}); "
+              f"{'within' if d['within_gemm_tolerance'] else 'OUTSIDE'} the GEMM tolerance")
+    for c in caught:
+        print(f"  warning: {c.message}")
+
+    # 4. timing
+    timings, graph_breaks = [], {}
+    for w in workloads:
+        iters = args.iters or (30 if w.phase == "prefill" else 200)
+        inp = inputs[w.phase]
+        base: dict[str, float] = {}
+        for who, module, layout in (("transformers", layer, "bhsd"), ("tilegen", ours, "bshd")):
+            cache = make_cache(model, w, inp, layout, torch.bfloat16)
+
+            def call(mod=module, cache=cache, inp=inp):
+                with torch.no_grad():
+                    return call_layer(mod, inp.x, inp.pe, cache)
+
+            modes = [("eager", call)]
+            if not args.no_compile:
+                try:
+                    with torch.no_grad():
+                        explained = torch._dynamo.explain(module)(inp.x, **layer_kwargs(module, inp, cache))
+                    graph_breaks[f"{w.phase} {who}"] = explained.graph_break_count
+                except Exception as exc:  # noqa: BLE001 - reported, the timing goes on
+                    graph_breaks[f"{w.phase} {who}"] = f"explain failed: {type(exc).__name__}: {exc}"[:300]
+                torch._dynamo.reset()
+                compiled = torch.compile(module, dynamic=False)
+                modes.append(("torch.compile", lambda c=compiled, cache=cache, inp=inp: _call_no_grad(c, inp, cache)))
+            if not args.no_graphs:
+                modes.append(("eager + CUDA graph", None))
+            for mode, fn in modes:
+                row = {"phase": w.phase, "layer": who, "mode": mode}
+                try:
+                    if fn is None:
+                        fn = cuda_graph(call)
+                    t = time_ms(fn, iters)
+                    row.update(median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms, iters=t.iters)
+                    if who == "transformers":
+                        base[mode] = t.median_ms
+                except Exception as exc:  # noqa: BLE001 - a mode that fails is a row that says so
+                    row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                timings.append(row)
+        for row in timings:
+            if row["phase"] == w.phase and "median_ms" in row:
+                row["vs_transformers_eager"] = _ratio(base.get("eager"), row["median_ms"])
+                row["vs_transformers_compile"] = _ratio(base.get("torch.compile"), row["median_ms"])
+                row["vs_transformers_same_mode"] = _ratio(base.get(row["mode"]), row["median_ms"])
+    report["timings"] = timings
+    report["graph_breaks"] = graph_breaks
+    report["routes_while_timing"] = [asdict(s) for s in ops.stats()]
+    table = _timing_table(timings)
+    print("\n" + "\n".join(table))
+    if graph_breaks:
+        print("torch.compile graph breaks: " + ", ".join(f"{k} {v}" for k, v in graph_breaks.items()))
+
+    # 4b. each GEMM of the layer through dispatch against cuBLAS (F.linear), at the layer's shapes
+    gemms = []
+    for w in workloads:
+        for r in report["routes"][w.phase]:
+            if r["op"] != "gemm":
+                continue
+            m, n, k = r["shape"]
+            x = torch.randn(m, k, generator=g, device=DEVICE).to(torch.bfloat16)
+            weight = (0.02 * torch.randn(n, k, generator=g, device=DEVICE)).to(torch.bfloat16)
+            with torch.no_grad():
+                ours_t = time_ms(lambda x=x, weight=weight: ops.linear(x, weight), 100)
+                cublas_t = time_ms(lambda x=x, weight=weight: torch.nn.functional.linear(x, weight), 100)
+            gemms.append({"phase": w.phase, "shape": [m, n, k], "calls_in_layer": r["calls"], "route": r["route"],
+                          "kernel": r["kernel"], "tilegen_ms": ours_t.median_ms, "cublas_ms": cublas_t.median_ms,
+                          "vs_cublas": cublas_t.median_ms / ours_t.median_ms})
+    report["gemms"] = gemms
+    gemm_table = ["| phase | m x n x k | calls | route | kernel | tilegen ms | cuBLAS ms | vs cuBLAS |",
+                  "|---|---|---|---|---|---|---|---|"]
+    gemm_table += [f"| {r['phase']} | {'x'.join(map(str, r['shape']))} | {r['calls_in_layer']} | {r['route']} | "
+                   f"{r['kernel']} | {r['tilegen_ms']:.4f} | {r['cublas_ms']:.4f} | {r['vs_cublas']:.3f}x |" for r in gemms]
+    print("\nthe layer's GEMMs through dispatch, back-to-back calls:\n" + "\n".join(gemm_table))
+    table += ["", "The layer's GEMMs through dispatch (back-to-back calls, median):", "", *gemm_table]
+
+    # 5. a fresh process: the first calls load the kernels from the cache
+    if not args.smoke:
+        report["first_calls"] = fresh_process(ops, phases, args.seed)
+
+    report["passed"] = bool(ok)
+    _write(report, table, Path(args.reports))
+    print(f"\n{'PASS' if ok else 'FAIL'}: the checks {'agree' if ok else 'do not all agree'} with the tolerance model")
+    return 0 if ok else 1
+
+
+def layer_kwargs(module, inp: Inputs, cache) -> dict:
+    """The keyword arguments call_layer passes (for torch._dynamo.explain, which traces the module itself)."""
+    from codegen.ops.llama import cache_kwarg
+
+    kwargs = {"position_embeddings": inp.pe, "attention_mask": None}
+    if cache is not None:
+        kwargs |= {cache_kwarg(module): cache, "use_cache": True}
+    return kwargs
+
+
+def fresh_process(ops, phases: list[str], seed: int) -> dict:
+    """This script's --first-calls in a new process: what its first calls took, and whether every kernel came
+    from the cache; beside it each kernel's cold compile time (from its cache entry)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "first.json"
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--first-calls", str(out),
+                               "--phases", ",".join(phases), "--seed", str(seed)],
+                              capture_output=True, text=True, timeout=600, check=False)
+        if proc.returncode != 0 or not out.is_file():
+            first = {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:]}
+            print(f"\nfresh process failed: {first['error']}")
+            return first
+        first = json.loads(out.read_text(encoding="utf-8"))
+    loads = first["kernels"]
+    first["all_from_cache"] = all(k["hit"] for k in loads)
+    first["slowest_load_s"] = max((k["seconds"] for k in loads), default=0.0)
+    cold = first["cold_compile_s"] = _compile_seconds(ops, loads)
+    print(f"\nfresh process: {len(loads)} kernels, all loaded from the cache: {first['all_from_cache']}; slowest load "
+          f"{first['slowest_load_s']:.2f} s; first call " + ", ".join(f"{p} {t:.2f} s" for p, t in first["phases"].items())
+          + f"; their cold compiles took {min(cold.values(), default=0):.1f}-{max(cold.values(), default=0):.1f} s each")
+    return first
+
+
+def _call_no_grad(module, inp: Inputs, cache):
+    with torch.no_grad():
+        return call_layer(module, inp.x, inp.pe, cache)
+
+
+def _compile_seconds(ops, loads: list[dict]) -> dict[str, float]:
+    """Each kernel's cold compile time, from its cache entry (whichever process compiled it)."""
+    from codegen.ops.cache import compile_seconds
+
+    cache = getattr(ops.backend, "cache", None)
+    out = {}
+    for k in loads:
+        s = compile_seconds(cache, k["key"]) if cache is not None else None
+        if s is not None:
+            out[f"{k['uri']} {'x'.join(map(str, k['shape']))}"] = s
+    return out
+
+
+def _timing_table(rows: list[dict]) -> list[str]:
+    lines = ["| phase | layer | mode | median ms | p10-p90 ms | vs transformers eager | vs transformers compile |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "median_ms" in r:
+            lines.append(f"| {r['phase']} | {r['layer']} | {r['mode']} | {r['median_ms']:.4f} | "
+                         f"{r['p10_ms']:.4f}-{r['p90_ms']:.4f} | {r['vs_transformers_eager']} | "
+                         f"{r['vs_transformers_compile']} |")
+        else:
+            lines.append(f"| {r['phase']} | {r['layer']} | {r['mode']} | failed: {r['error']} | | | |")
+    return lines
+
+
+def _write(report: dict, table: list[str], folder: Path) -> None:
+    from codegen.lockfile import device_slug
+
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = folder / f"llama_layer_{device_slug(report['device'])}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    md = [f"# Llama-3-8B decoder layer on tilegen ops: {report['device']}", "",
+          (f"`{report['command']}` at commit {report['commit']}; torch {report['torch']} (CUDA {report['cuda']}), "
+           f"transformers {report['transformers']}, tilelang {report['tilelang']}."), "", "## Agreement", ""]
+    md += [f"- {p}: tolerance {t}" for p, t in report.get("tolerance", {}).items()]
+    md += ["", "| phase | output | verdict | max err/tol | max abs err | rms rel err |", "|---|---|---|---|---|---|"]
+    for r in report["checks"]:
+        verdict = ("caught" if r["caught"] else "NOT CAUGHT") if r.get("control") else ("pass" if r["passed"] else "FAIL")
+        md.append(f"| {r['phase']} | {r['name']} | {verdict} | {r['max_err_over_tol']:.3f} | {r['max_abs_err']:.4g} | "
+                  f"{r['rms_rel_err']:.3g} |")
+    md += ["", "## Time", "", *table, ""]
+    if report.get("graph_breaks"):
+        md.append("torch.compile graph breaks: " + ", ".join(f"{k} {v}" for k, v in report["graph_breaks"].items()))
+    for phase, rows in report.get("routes", {}).items():
+        md += ["", f"## Routes: {phase}", "", "| op | want | shape | route | kernel | calls | why |",
+               "|---|---|---|---|---|---|---|"]
+        md += [f"| {r['op']} | {r['want']} | {'x'.join(map(str, r['shape']))} | {r['route']} | {r['kernel']} | "
+               f"{r['calls']} | {r['detail']} |" for r in rows]
+    stem.with_suffix(".md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    print(f"wrote {stem.with_suffix('.json')} and .md")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

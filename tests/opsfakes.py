@@ -1,0 +1,124 @@
+"""Kernels that compute with torch, for the ops tests on the CPU: each takes the arguments the generated
+kernel takes, in its order (the family numerics' `launch` passes them), checks their shapes against the compile
+shape -- a padded M bucket, a workspace of the wrong size or a view of the wrong extent fails here -- and writes
+its output from formulas of its own, in float64 (not the ops' torch fallbacks, which the tests compare with)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from codegen.ops.cache import CacheEvent, PrecompileReport
+
+
+class KernelCallError(AssertionError):
+    pass
+
+
+def _expect(cond: bool, what: str) -> None:
+    if not cond:
+        raise KernelCallError(what)
+
+
+def gemm_kernel(inst, shape):
+    def run(A, B, *rest):
+        *ws, C = rest
+        m = A.shape[1] if inst.trans_a else A.shape[0]
+        k = A.shape[0] if inst.trans_a else A.shape[1]
+        n = B.shape[0] if inst.trans_b else B.shape[1]
+        if inst.dynamic_m is None:
+            _expect((m, n, k) == tuple(shape), f"gemm compiled for {shape} called at {(m, n, k)}")
+        else:
+            _expect(inst.dynamic_m[0] <= m <= inst.dynamic_m[1] and (n, k) == tuple(shape[1:]), f"dynamic {m, n, k}")
+        _expect(tuple(tuple(w.shape) for w in ws) == inst.workspace_shapes((m, n, k)), "gemm workspaces")
+        _expect(tuple(C.shape) == (m, n), "gemm C")
+        a = (A.t() if inst.trans_a else A).double()
+        b = (B.t() if inst.trans_b else B).double()
+        C.copy_((a @ b).to(C.dtype))
+    return run
+
+
+def softmax_kernel(inst, shape):
+    def run(X, *rest):
+        *ws, Y = rest
+        _expect(tuple(X.shape) == tuple(shape) and tuple(Y.shape) == tuple(shape), "softmax X, Y")
+        _expect(len(ws) == (inst.workspace_shape(shape) is not None), "softmax workspace")
+        x = X.double()
+        e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+        Y.copy_((e / e.sum(dim=-1, keepdim=True)).to(Y.dtype))
+    return run
+
+
+def norm_kernel(inst, shape):
+    def run(X, W, *rest):
+        rest = list(rest)
+        Y = rest.pop()
+        bias = rest.pop(0) if inst.has_bias else None
+        want_ws = inst.workspace_shape(shape)
+        _expect([tuple(t.shape) for t in rest] == ([want_ws] if want_ws else []), "norm workspace")
+        _expect(tuple(X.shape) == tuple(shape) and tuple(Y.shape) == tuple(shape), "norm X, Y")
+        x = X.double()
+        if inst.centered:
+            x = x - x.mean(dim=-1, keepdim=True)
+        y = x / torch.sqrt(x.square().mean(dim=-1, keepdim=True) + inst.eps) * W.double()
+        if bias is not None:
+            y = y + bias.double()
+        Y.copy_(y.to(Y.dtype))
+    return run
+
+
+def rope_kernel(inst, shape):
+    def run(Q, K, COS, SIN, QO, KO):
+        t, h, kvh = shape
+        _expect(tuple(Q.shape) == (t, h, inst.head_dim) and tuple(K.shape) == (t, kvh, inst.head_dim), "rope Q, K")
+        _expect(QO.shape == Q.shape and KO.shape == K.shape, "rope outputs")
+        half = inst.rotary_dim // 2
+        for x, out in ((Q, QO), (K, KO)):
+            x = x.double()
+            c, s = COS.double()[:, None, :], SIN.double()[:, None, :]
+            x1, x2 = x[..., :half], x[..., half:inst.rotary_dim]
+            y = x.clone()
+            y[..., :half] = x1 * c - x2 * s
+            y[..., half:inst.rotary_dim] = x2 * c + x1 * s
+            out.copy_(y.to(out.dtype))
+    return run
+
+
+def attention_kernel(inst, shape):
+    def run(Q, K, V, *rest):
+        *ws, O = rest
+        b, h, kvh, sq, skv = shape
+        _expect(tuple(Q.shape) == (b, sq, h, inst.head_dim) and tuple(K.shape) == (b, skv, kvh, inst.head_dim),
+                "attention Q, K")
+        _expect(tuple(tuple(w.shape) for w in ws) == inst.workspace_shapes(shape), "attention workspaces")
+        q, k, v = (t.double().transpose(1, 2) for t in (Q, K, V))
+        k, v = k.repeat_interleave(h // kvh, dim=1), v.repeat_interleave(h // kvh, dim=1)
+        s = (q @ k.transpose(-1, -2)) * inst.softmax_scale
+        if inst.mask.value != "none":
+            shift = skv - sq if inst.mask.value == "bottom_right" else 0
+            hide = torch.ones(sq, skv, dtype=torch.bool).triu(1 + shift)
+            s = s.masked_fill(hide, -math.inf)
+        O.copy_((torch.softmax(s, dim=-1) @ v).transpose(1, 2).to(O.dtype))
+    return run
+
+
+KERNELS = {"gemm": gemm_kernel, "softmax": softmax_kernel, "rmsnorm": norm_kernel, "layernorm": norm_kernel,
+           "rope": rope_kernel, "attention": attention_kernel}
+
+
+class TorchKernels:
+    """An ops backend on the CPU whose kernels are the functions above; records every compile it was asked for."""
+
+    device_type = "cpu"
+
+    def __init__(self):
+        self.compiled: list[tuple[str, tuple]] = []
+
+    def get(self, rendered, compile_shape):
+        self.compiled.append((rendered.uri, tuple(compile_shape)))
+        kernel = KERNELS[rendered.instance.op](rendered.instance, compile_shape)
+        return kernel, CacheEvent(uri=rendered.uri, shape=tuple(compile_shape), key="", hit=False, seconds=0.0)
+
+    def precompile(self, jobs, workers):
+        return PrecompileReport(kernels=len({(r.uri, tuple(s)) for r, s in jobs}), cached=0, errors={}, seconds=0.0)

@@ -1,0 +1,121 @@
+"""`tilegen tune --all` without a GPU: which specs it tunes (fresh ones skipped, every one on a device without a
+lockfile), the order, one budget for the run (specs past it `not reached`), a failing spec that does not stop the
+run, the summary it writes; and `tune --check`'s exit status on misses and stale entries."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from test_tune import SM90, _candidate, _entry, loaded
+
+from codegen.errors import TilegenError
+from codegen.hardware import Target
+from codegen.lockfile import LockFile, lock_path, write_lockfile
+from codegen.tuneall import FAILED, FRESH, NOT_REACHED, TUNED, to_tune, tune_all, write_summary
+
+VERSIONS = {"torch": "2.8.0", "runtime": "CUDA 12.8", "driver": "570.1"}  # what _entry records
+
+
+def _named(text: str, name: str) -> str:
+    return text.replace("- name: g\n", f"- name: {name}\n")
+
+
+def _fresh_lock(root, ls):
+    e = _entry(ls, spec=ls.spec.name, winner=_candidate(ls, 3, 0.01))
+    write_lockfile(lock_path(root, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
+
+
+def test_fresh_specs_are_skipped_and_a_device_without_a_lockfile_tunes_every_searched_spec(tmp_path):
+    ls = loaded(SM90)
+    _fresh_lock(tmp_path, ls)
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS) == set()
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H100", VERSIONS) == {"g"}  # no H100 lockfile
+    # another torch on the same device: the entry is stale, so the spec is tuned again
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS | {"torch": "2.9.0"}) == {"g"}
+    # a spec without an sm_90 search block is never tuned on sm_90
+    assert to_tune(tmp_path, [loaded()], Target.SM_90, "NVIDIA H100", VERSIONS) == set()
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_one_budget_for_the_run_in_spec_order_and_a_failure_does_not_stop_it(tmp_path):
+    specs = [loaded(_named(SM90, n)) for n in ("a", "b", "c", "d")]
+    clock = _Clock()
+    calls = []
+
+    def tune_one(name, target, left_s):
+        calls.append((name, left_s))
+        clock.t += 40.0  # each spec takes 40 s of the 100 s budget
+        if name == "b":
+            raise TilegenError("b: every candidate failed verification on NVIDIA H200\nsecond line")
+        shapes = [{"speedup_vs_hand": 1.21, "speedup_vs_baselines": {"eager": 1.02, "compile": 1.10}}]
+        return SimpleNamespace(measured={"shapes": shapes})
+
+    project = SimpleNamespace(root=tmp_path)
+    rows = tune_all(project, None, budget_s=100.0, tune_one=tune_one, device="NVIDIA H200", device_versions=VERSIONS,
+                    run_target=Target.SM_90, loaded=specs, clock=clock)
+    assert [(r.spec, r.status) for r in rows] == [("a", TUNED), ("b", FAILED), ("c", TUNED), ("d", NOT_REACHED)]
+    assert calls == [("a", 100.0), ("b", 60.0), ("c", 20.0)]  # each spec gets what is left of the one budget
+    assert rows[0].speedup_vs_hand == 1.21 and rows[0].vs_best_torch == 1.02 and rows[0].best_torch == "eager"
+    assert rows[1].note == "b: every candidate failed verification on NVIDIA H200"
+    assert "again" in rows[3].note
+
+    # resumable: with a fresh entry for "a", a second run starts at "b"
+    _fresh_lock(tmp_path, specs[0])
+    calls.clear()
+    clock.t = 0.0
+    rows = tune_all(project, None, budget_s=1000.0, tune_one=tune_one, device="NVIDIA H200", device_versions=VERSIONS,
+                    run_target=Target.SM_90, loaded=specs, clock=clock)
+    assert rows[0].status == FRESH and [c[0] for c in calls] == ["b", "c", "d"]
+
+
+def test_a_target_the_gpu_does_not_run_is_refused(tmp_path):
+    with pytest.raises(TilegenError, match="cannot be measured here"):
+        tune_all(SimpleNamespace(root=tmp_path), [Target.GFX942], budget_s=10, tune_one=None, device="NVIDIA H200",
+                 device_versions=VERSIONS, run_target=Target.SM_90, loaded=[])
+
+
+def test_the_summary_is_written_as_json_and_markdown(tmp_path):
+    from codegen.tuneall import TuneAllRow
+
+    rows = [TuneAllRow(spec="a", target=Target.SM_90, status=TUNED, shapes=2, seconds=12.0, speedup_vs_hand=1.1,
+                       vs_best_torch=0.98, best_torch="eager")]
+    paths = write_summary(tmp_path, Target.SM_90, "NVIDIA H200", rows, 600.0, 12.3)
+    doc = json.loads(paths[0].read_text())
+    assert doc["rows"][0]["status"] == "tuned" and doc["device"] == "NVIDIA H200"
+    md = paths[1].read_text()
+    assert "| a | sm_90 | tuned | 2 | 12 | 1.100x | 0.980x | eager |" in md
+
+
+def test_tune_check_lists_untuned_shapes_and_fails_only_on_stale_entries_or_with_strict(tmp_path):
+    from typer.testing import CliRunner
+
+    from codegen.cli import app
+
+    (tmp_path / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "x.yaml").write_text(SM90, encoding="utf-8")
+    runner = CliRunner()
+
+    def check(*extra):
+        return runner.invoke(app, ["--project", str(tmp_path), "tune", "--check", *extra])
+
+    untuned = check()  # searched on gfx942 and sm_90, tuned on neither: listed, not an error
+    assert untuned.exit_code == 0, untuned.output
+    assert "miss: no lockfile for this target" in untuned.output and "not tuned yet" in untuned.output
+    assert check("--strict").exit_code == 1
+    ls = loaded(SM90)
+    stale = _entry(ls, spec="g", versions={"tilelang": "0.0.1"}, winner=_candidate(ls, 3, 0.01))
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(stale,)))
+    result = check()
+    assert result.exit_code == 1 and "stale: versions changed: tilelang 0.0.1" in result.output
