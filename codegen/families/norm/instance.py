@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from codegen.families.norm.spec import NormSpecBase, Quant
 from codegen.families.rows import RowInstance, row_fields
@@ -32,12 +31,9 @@ class NormInstance(RowInstance):
     variant: str  # streamed | registers
     centered: bool  # subtract the mean (layernorm) -- and divide by the centred, not raw, mean square
     has_bias: bool  # add B (layernorm)
-    residual: bool = False  # read R too, write S = X + R (input dtype) and normalise S
-    quant: str = "none"  # per_token: Y in fp8 e4m3, scaled per row to fp8_max, the fp32 scale written to SC[row, 0]
-    fp8_max: float | None = None  # per_token: the target's largest finite fp8 e4m3 (Hardware.fp8_e4m3_max)
-
-    # the plain ops' values: kernels named before the fused options existed keep their names
-    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"residual": False, "quant": "none", "fp8_max": None}
+    residual: bool  # read R too, write S = X + R (input dtype) and normalise S
+    quant: str  # none | per_token: Y in fp8 e4m3, scaled per row to fp8_max, the fp32 scale written to SC[row, 0]
+    fp8_max: float | None  # per_token: the target's largest finite fp8 e4m3 (Hardware.fp8_e4m3_max); else None
 
     def _variant_tag(self) -> str:
         return self.variant
@@ -46,9 +42,7 @@ class NormInstance(RowInstance):
         return ["add"] * self.residual + ["tok"] * (self.quant == "per_token")
 
     def _family_metadata(self) -> dict[str, object]:
-        fused = {"residual": self.residual, "quant": self.quant}  # recorded where set: the plain op's text is unchanged
-        return {"eps": self.eps, "variant": self.variant,
-                **{k: v for k, v in fused.items() if v != self.IDENTITY_DEFAULTS[k]}}
+        return {"eps": self.eps, "variant": self.variant, "residual": self.residual, "quant": self.quant}
 
     @property
     def per_token(self) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from codegen.families.rows import RowInstance, row_fields
 from codegen.families.softmax.spec import SoftmaxSpec
@@ -20,11 +19,8 @@ class SoftmaxInstance(RowInstance):
     op: str = "softmax"
     template: str = "softmax.py.j2"
     variant: str  # online | two_pass
-    scale: float | None = None  # the fp32 constant the logits are multiplied by; None: none
-    mask: str = "none"  # none | full | broadcast
-
-    # the plain softmax's values: kernels named before scale and mask existed keep their names
-    IDENTITY_DEFAULTS: ClassVar[dict[str, object]] = {"scale": None, "mask": "none"}
+    scale: float | None  # the fp32 constant the logits are multiplied by; None: none
+    mask: str  # none | full | broadcast
 
     def _variant_tag(self) -> str:
         return self.variant
@@ -33,8 +29,7 @@ class SoftmaxInstance(RowInstance):
         return ["scaled"] * (self.scale is not None) + ([f"mask{self.mask[:5]}"] if self.mask != "none" else [])
 
     def _family_metadata(self) -> dict[str, object]:
-        fused = {"scale": self.scale, "mask": self.mask}  # recorded where set: the plain op's text is unchanged
-        return {"variant": self.variant, **{k: v for k, v in fused.items() if v != self.IDENTITY_DEFAULTS[k]}}
+        return {"variant": self.variant, "scale": self.scale, "mask": self.mask}
 
     def split_slots(self) -> int:
         return 2  # the segment's max and its sum of exp(x - max)
