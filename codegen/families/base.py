@@ -221,8 +221,12 @@ class Numerics:
         outs = []
         for o in self.output_list(inst, shape):
             dt = torch_dtype(o.dtype, run_target)
-            outs.append(torch.empty(o.shape, dtype=dt, device=device) if fill is None
-                        else torch.full(o.shape, fill, dtype=dt, device=device))
+            if fill is None:
+                outs.append(torch.empty(o.shape, dtype=dt, device=device))
+            elif dt.itemsize == 1:  # fp8: filled through a conversion (every device converts; not all fill fp8)
+                outs.append(torch.full(o.shape, fill, dtype=torch.float32, device=device).to(dt))
+            else:
+                outs.append(torch.full(o.shape, fill, dtype=dt, device=device))
         return tuple(outs)
 
 

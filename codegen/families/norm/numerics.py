@@ -344,12 +344,15 @@ def norm_outputs(inst, shape) -> tuple[Output, ...]:
 
 
 def truncated(x32, dtype):
-    """x32 stored in `dtype` with its low bits dropped (rounded toward zero) instead of rounded to nearest."""
+    """x32 stored in `dtype` with its low bits dropped (rounded toward zero) instead of rounded to nearest: where
+    rounding went up in magnitude, one step down -- the stored bits, sign and magnitude, less 1 (integer arithmetic,
+    which every device has for every float width)."""
     import torch
 
     r = x32.to(dtype)
-    over = r.float().abs() > x32.abs()
-    return torch.where(over, torch.nextafter(r, torch.zeros_like(r)), r).float()
+    bits = r.view({2: torch.int16, 4: torch.int32}[r.element_size()])
+    down = (bits - 1).view(dtype)
+    return torch.where(r.float().abs() > x32.abs(), down, r).float()
 
 
 def fused_controls(inst, case: NormCase, refs, r0: int = 0, rows: int | None = None) -> dict[str, tuple]:
