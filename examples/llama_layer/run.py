@@ -427,7 +427,7 @@ def main(argv=None) -> int:
                 y = ops.linear(x, weight)
             with full_fp32():
                 ref, mag = x.float() @ weight.float().t(), x.float().abs() @ weight.float().abs().t()
-            bound = GemmTolerance(u_out=U_BF16, u_acc=2.0**-24, u_prod=0.0, k=model.hidden).bound(ref, mag)
+            bound = GemmTolerance(u_out=U_BF16, eta_out=2.0**-134, u_acc=2.0**-24, u_prod=0.0, k=model.hidden).bound(ref, mag)
             good = bool(((y.float() - ref).abs() <= bound).all())
             stat = next(s for s in ops.stats() if s.shape == (m, weight.shape[0], model.hidden))
             dispatch.append({"call": label, "route": stat.route, "kernel": stat.kernel, "why": stat.detail,
