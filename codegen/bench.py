@@ -71,6 +71,8 @@ class BenchRow:
     baseline_errors: dict[str, str] = field(default_factory=dict)
     flops: float = 0.0
     bytes: float = 0.0
+    # what a baseline moves where that is more than the kernel's `bytes` (the unfused torch sequence of a fused kernel)
+    baseline_bytes: dict[str, float] = field(default_factory=dict)
     tflops: float | None = None
     gbps: float | None = None
     pct_peak: float | None = None
@@ -97,13 +99,13 @@ def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps
     kernel = compile_kernel(rendered, shape, run_target)
     case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
     out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)
-    c = torch.empty(fam.out_shape(inst, shape), dtype=out_dtype, device="cuda")
+    outs = fam.alloc_outputs(inst, shape, run_target, fill=None)
     flush = torch.empty(flush_nbytes, dtype=torch.uint8, device="cuda")
     row = BenchRow(uri=rendered.uri, name=inst.name, target=inst.target.value, shape=tuple(shape),
                    dtypes=inst.dtype_label(), status="ok",
                    flops=fam.flops(inst, shape), bytes=fam.bytes(inst, shape),
-                   baseline_precision=fam.baseline_precision(inst))
-    row.kernel = Timing.of(time_ms(lambda: fam.launch(kernel, case, c), flush))
+                   baseline_bytes=fam.baseline_bytes(inst, shape), baseline_precision=fam.baseline_precision(inst))
+    row.kernel = Timing.of(time_ms(lambda: fam.launch(kernel, case, *outs), flush))
     baselines = fam.baselines(inst, case, out_dtype) if baselines_for is None or rendered.uri in baselines_for else {}
     for name, fn in baselines.items():
         try:

@@ -57,6 +57,9 @@ class Hardware:
     mma_shapes: Mapping[DType, tuple[MmaShape, ...]]
     # TileLang's name for each dtype on this target (fp8 e4m3 differs: fnuz on gfx942).
     tilelang_dtypes: Mapping[DType, str]
+    # the largest finite value of this target's fp8 e4m3 flavour (OCP e4m3fn: 448; e4m3fnuz: 240): the
+    # per-token fp8 output of rmsnorm scales each row's largest magnitude to it
+    fp8_e4m3_max: float
     peak_dense_tflops: Mapping[DType, float]
     hbm_bandwidth_tbps: float
     lds_word: str  # what the vendor calls it, for messages: "LDS" or "shared memory"

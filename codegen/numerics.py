@@ -8,7 +8,8 @@ from codegen.hardware import DType
 
 UNIT_ROUNDOFF = {DType.FP16: 2.0**-11, DType.BF16: 2.0**-8, DType.FP32: 2.0**-24, DType.FP8_E4M3: 2.0**-4}
 # half the smallest subnormal of each output dtype: the absolute rounding error below the normal range
-SUBNORMAL_ROUNDOFF = {DType.FP16: 2.0**-25, DType.BF16: 2.0**-134, DType.FP32: 2.0**-150}
+# (fp8 e4m3: e4m3fn's, 2^-9 / 2; e4m3fnuz's smallest subnormal is 2^-10, so the bound holds for both flavours)
+SUBNORMAL_ROUNDOFF = {DType.FP16: 2.0**-25, DType.BF16: 2.0**-134, DType.FP32: 2.0**-150, DType.FP8_E4M3: 2.0**-10}
 TINY = 1e-30
 
 INPUT_KINDS = ("normal", "wide")

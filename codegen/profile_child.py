@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     fam = family(inst).numerics
     case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
     out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)
-    out = torch.empty(fam.out_shape(inst, shape), dtype=out_dtype, device="cuda")
+    outs = fam.alloc_outputs(inst, shape, run_target, fill=None)
     if subject == "names":
         import json
 
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         kernel = compile_kernel(rendered, shape, run_target)
 
         def fn():
-            fam.launch(kernel, case, out)
+            fam.launch(kernel, case, *outs)
     else:
         fn = fam.baselines(inst, case, out_dtype)[subject.removeprefix("baseline:")]
     for _ in range(WARMUP):

@@ -55,6 +55,8 @@ PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
 # a number > 0 that is finite (inf and nan are refused [finite_number]) and a normal fp32 [fp32_range]
 PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]
+# a finite normal fp32 number of either sign (0, subnormals, inf and nan refused) [finite_number, fp32_range]
+NormalFp32 = Annotated[StrictFloat, Field(allow_inf_nan=False), AfterValidator(_fp32)]
 # verify's tolerance multiplier (docs/verification.md); < 1 tightens, > 1 loosens
 ToleranceScale = Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)]
 

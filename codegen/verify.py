@@ -20,13 +20,12 @@ rejected when any chunk rejects it, n/a only when it equals the reference in eve
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from codegen.families import family
 from codegen.hardware import Target
 from codegen.numerics import INPUT_KINDS
-from codegen.targets import torch_dtype
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +35,8 @@ class Comparison:
     mismatch_ratio: float
     passed: bool
     rounded_reference_rejected: int = 0  # elements where the bound rejects the reference rounded to the output dtype
+    # a kernel of several outputs: each one's own figures, by name (the figures above are over all of them)
+    outputs: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 # fp32 elements of one verification chunk's largest temporary (64 MiB); a chunk keeps about a dozen
@@ -53,6 +54,7 @@ class CheckChunk:
     ref: object
     mag: object
     controls: Mapping[str, object]
+    output: int = 0  # which of the kernel's outputs (Numerics.output_list) `index` indexes
 
 
 @dataclass
@@ -81,6 +83,13 @@ class _Tally:
         return Comparison(max_abs_err=self.max_abs, max_rel_err=self.max_rel,
                           mismatch_ratio=self.mismatches / max(self.n, 1), passed=self.mismatches == 0)
 
+    @staticmethod
+    def combined(tallies: Sequence[_Tally]) -> Comparison:
+        """The figures over several outputs' tallies: the largest errors, the mismatches over all elements."""
+        total = _Tally(max_abs=max(t.max_abs for t in tallies), max_rel=max(t.max_rel for t in tallies),
+                       mismatches=sum(t.mismatches for t in tallies), n=sum(t.n for t in tallies))
+        return total.result()
+
 
 def compare(out, ref, bound) -> Comparison:
     tally = _Tally()
@@ -107,6 +116,7 @@ class CaseResult:
     controls: dict[str, str] = field(default_factory=dict)
     error: str = ""
     seconds: float = 0.0
+    outputs: dict[str, dict[str, float]] = field(default_factory=dict)  # several outputs: each one's figures
 
 
 def judge(out, ref, abs_product, tol, controls: dict[str, object]) -> tuple[str, Comparison, dict[str, str]]:
@@ -119,30 +129,42 @@ UNSOUND_TOLERANCE = ("the tolerance rejects the correctly rounded reference at {
                      "tolerance model, not a verdict on the kernel")
 
 
-def judge_chunks(out, chunks: Iterable[CheckChunk], tol) -> tuple[str, Comparison, dict[str, str]]:
+def judge_chunks(out, chunks: Iterable[CheckChunk], tol, names: Sequence[str] = ()) -> tuple[str, Comparison, dict[str, str]]:
     """judge, chunk by chunk: the output's figures summed over the chunks; a control is rejected as soon as
     one chunk rejects it (later chunks skip it), n/a if it equals the reference in every chunk, and
     vacuous if it differs somewhere yet no chunk rejects it. The positive control (the reference rounded
     once to the output's dtype) must pass in every chunk; where it does not, the status is "error" and
     `rounded_reference_rejected` counts the elements: the bound is unsound there, so the kernel's figures
-    say nothing."""
+    say nothing.
+
+    A kernel of several outputs: `out` and `tol` are sequences (one tensor and one tolerance per output, in
+    launch order) and each chunk names its output; a control is rejected when any output rejects it, the
+    figures are over every output, and `names` (the outputs' names) labels each one's own in `outputs`."""
     import torch
 
-    tally = _Tally()
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    tols = tuple(tol) if isinstance(tol, (tuple, list)) else (tol,)
+    tallies = [_Tally() for _ in outs]
     rounded_rejected = 0
     state: dict[str, str] = {}  # control -> "identical" | "differs" | "rejected"
     for chunk in chunks:
-        bound = tol.bound(chunk.ref, chunk.mag)
-        tally.add(out[chunk.index], chunk.ref, bound)
-        rounded_rejected += _Tally().add(chunk.ref.to(out.dtype), chunk.ref, bound)
+        o = outs[chunk.output]
+        bound = tols[chunk.output].bound(chunk.ref, chunk.mag)
+        tallies[chunk.output].add(o[chunk.index], chunk.ref, bound)
+        rounded_rejected += _Tally().add(chunk.ref.to(o.dtype), chunk.ref, bound)
         for name, wrong in chunk.controls.items():
             seen = state.setdefault(name, "identical")
             if seen == "rejected" or torch.equal(wrong, chunk.ref):
                 continue
             state[name] = "rejected" if _Tally().add(wrong, chunk.ref, bound) else "differs"
         del bound, chunk
-    result = tally.result()
+    result = _Tally.combined(tallies)
     result = replace(result, rounded_reference_rejected=rounded_rejected)
+    if len(outs) > 1:
+        labels = list(names) or [str(i) for i in range(len(outs))]
+        result = replace(result, outputs={labels[i]: {"max_abs_err": c.max_abs_err, "max_rel_err": c.max_rel_err,
+                                                      "mismatch_ratio": c.mismatch_ratio}
+                                          for i, c in enumerate(t.result() for t in tallies)})
     outcome: dict[str, str] = {}
     vacuous = False
     for name, seen in state.items():
@@ -184,23 +206,25 @@ def verify_case(rendered, shape: tuple[int, ...], run_target: Target, seeds=None
         seeds = SPEC_SHAPE_SEEDS if tuple(shape) in {tuple(s) for s in inst.shapes} else SEEDS
     fam = family(inst).numerics
     kernel = compile_kernel(rendered, shape, run_target)
-    tol = fam.tolerance(inst, shape, run_target)
-    out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)
+    tols = fam.tolerance_list(inst, shape, run_target)
+    names = [o.name for o in fam.output_list(inst, shape)]
+    described = tols[0].describe() if len(tols) == 1 else "; ".join(
+        f"{n}: {t.describe()}" for n, t in zip(names, tols, strict=True))
     results = []
     for seed in seeds:
         for kind in INPUT_KINDS:
             t0 = time.perf_counter()
             case = fam.make_inputs(inst, shape, seed=seed, kind=kind, device="cuda", run_target=run_target)
-            c = torch.full(fam.out_shape(inst, shape), float("nan"), dtype=out_dtype, device="cuda")  # unwritten fails
-            fam.launch(kernel, case, c)
+            outs = fam.alloc_outputs(inst, shape, run_target, fill=float("nan"))  # unwritten fails
+            fam.launch(kernel, case, *outs)
             torch.cuda.synchronize()
-            status, cmp, outcome = judge_chunks(c, fam.chunks(inst, case, VERIFY_CHUNK_ELEMENTS), tol)
+            status, cmp, outcome = judge_chunks(outs, fam.chunks(inst, case, VERIFY_CHUNK_ELEMENTS), tols, names)
             results.append(CaseResult(
                 uri=rendered.uri, target=inst.target.value, run_target=run_target.value, shape=tuple(shape), seed=seed,
-                inputs=kind, status=status, label=run_label(inst.target, run_target), tolerance=tol.describe(),
+                inputs=kind, status=status, label=run_label(inst.target, run_target), tolerance=described,
                 max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err, mismatch_ratio=cmp.mismatch_ratio,
-                controls=outcome, seconds=time.perf_counter() - t0,
+                controls=outcome, seconds=time.perf_counter() - t0, outputs=cmp.outputs,
                 error=UNSOUND_TOLERANCE.format(n=cmp.rounded_reference_rejected) if status == "error" else "",
             ))
-            del case, c
+            del case, outs
     return results

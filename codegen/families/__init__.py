@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from codegen.errors import TilegenError
 from codegen.families import attention, gemm, norm, rope, softmax
-from codegen.families.base import Family, InstanceBase, Numerics
+from codegen.families.base import Family, InstanceBase, Numerics, Output
 
 ENTRY_POINT_GROUP = "tilegen.families"
 BUILTIN: tuple[Family, ...] = (gemm.FAMILY, softmax.FAMILY, norm.FAMILY, attention.FAMILY, rope.FAMILY)
@@ -98,6 +98,7 @@ __all__ = [
     "Family",
     "FamilyRegistryError",
     "Numerics",
+    "Output",
     "all_families",
     "derived_shapes",
     "family",

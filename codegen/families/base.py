@@ -158,9 +158,24 @@ def explicit_schedule(target: TargetSpec, stages: int, copies: int,
 
 
 @dataclass(frozen=True, kw_only=True)
+class Output:
+    """One tensor a kernel writes: its parameter name in the kernel, its shape and its spec dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # a spec dtype (codegen.hardware.DType value); the torch dtype is the run target's
+
+
+@dataclass(frozen=True, kw_only=True)
 class Numerics:
     """What verify and bench need to run and judge one family's kernels. `inst` is the family's
-    instance, `shape` one of its shapes (a tuple of ints), `case` what make_inputs returned."""
+    instance, `shape` one of its shapes (a tuple of ints), `case` what make_inputs returned.
+
+    A kernel writes one output (out_shape, in the spec's out dtype) unless the family's `outputs` says
+    otherwise (a fused residual add writes the sum beside the normalised rows; a per-token fp8 output writes
+    the rows' scales beside them): then `launch` takes every output in that order, `chunks` covers each of
+    them once (each CheckChunk names its output) and `tolerances` gives each its own bound. `reference`,
+    `controls` and `tolerance` are the first form's: the main output alone (a single-output kernel's output)."""
 
     flops: Callable[..., float]  # (inst, shape) -> useful FLOPs
     bytes: Callable[..., float]  # (inst, shape) -> compulsory DRAM bytes
@@ -173,10 +188,46 @@ class Numerics:
     controls: Callable[..., dict]  # (inst, case, ref) -> {name: wrong output}: each must fail the check
     derived_shapes: Callable[..., list]  # (inst) -> edge shapes verified on top of the spec's
     out_shape: Callable[..., tuple]  # (inst, shape) -> output tensor shape
-    launch: Callable[..., None]  # (kernel, case, out) -> None
+    launch: Callable[..., None]  # (kernel, case, *outs) -> None: outs as output_list orders them
     baselines: Callable[..., dict]  # (inst, case, out_dtype) -> {name: zero-argument torch fn}
     # (inst) -> what the baselines compute where that is a choice (fp32 GEMM: each one's allow_tf32); '' if not
     baseline_precision: Callable[..., str] = field(default=lambda inst: "")
+    # (inst, shape) -> every Output the kernel writes, in launch order; None: one (out_shape, the spec's out dtype)
+    outputs: Callable[..., tuple[Output, ...]] | None = None
+    # (inst, shape, run_target) -> one tolerance per output of `outputs`; None: (tolerance,)
+    tolerances: Callable[..., tuple] | None = None
+    # (inst, shape) -> {baseline: compulsory DRAM bytes of what it runs} where it moves more than the kernel (the
+    # unfused torch sequence of a fused kernel: each op reads and writes its tensors); {}: as `bytes`, or unknown
+    baseline_bytes: Callable[..., dict] = field(default=lambda inst, shape: {})
+
+    def output_list(self, inst, shape) -> tuple[Output, ...]:
+        """The kernel's outputs at `shape`, in launch order."""
+        if self.outputs is not None:
+            return self.outputs(inst, tuple(shape))
+        return (Output(name="out", shape=tuple(self.out_shape(inst, shape)), dtype=inst.spec_dtypes[-2]),)
+
+    def tolerance_list(self, inst, shape, run_target) -> tuple:
+        """One tolerance per output of output_list."""
+        if self.tolerances is not None:
+            return tuple(self.tolerances(inst, tuple(shape), run_target))
+        return (self.tolerance(inst, shape, run_target),)
+
+    def alloc_outputs(self, inst, shape, run_target, *, fill: float | None, device="cuda") -> tuple:
+        """Tensors for every output (torch.full with `fill`, or torch.empty for None), in launch order."""
+        import torch
+
+        from codegen.targets import torch_dtype
+
+        outs = []
+        for o in self.output_list(inst, shape):
+            dt = torch_dtype(o.dtype, run_target)
+            if fill is None:
+                outs.append(torch.empty(o.shape, dtype=dt, device=device))
+            elif dt.itemsize == 1:  # fp8: filled through a conversion (every device converts; not all fill fp8)
+                outs.append(torch.full(o.shape, fill, dtype=torch.float32, device=device).to(dt))
+            else:
+                outs.append(torch.full(o.shape, fill, dtype=dt, device=device))
+        return tuple(outs)
 
 
 @dataclass(frozen=True, kw_only=True)

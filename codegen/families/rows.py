@@ -7,7 +7,7 @@ partial is templates/_shared/_rows.j2.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt
@@ -71,6 +71,17 @@ class RowSpecBase(Model):
     def splits(self) -> bool:
         """Whether several workgroups share a row (split over 1, or auto)."""
         return self.split != 1
+
+    @property
+    def fused(self) -> tuple[tuple[str, object], ...]:
+        """(field, value) of each operation fused into the row's pass that the spec asks for (norm: residual,
+        quant; softmax: scale, mask); () for the plain op. Rule fused_combination reads it."""
+        return ()
+
+    @property
+    def out_dtypes(self) -> tuple[DType, ...]:
+        """The output dtypes the op writes (rmsnorm adds fp8 e4m3 with its per-token scale)."""
+        return ROW_TYPES
 
 
 # ---- rules ------------------------------------------------------------------------------------------
@@ -139,13 +150,20 @@ def row_register_budget(hw: Hardware, threads: int) -> int:
     return per_thread // 2
 
 
+def _dtype_list(dtypes: tuple[DType, ...]) -> str:
+    names = [d.value for d in dtypes]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def row_dtype_supported(c: RowContext) -> Iterator[Violation]:
     d = c.spec.dtypes
-    for part in ("input", "out"):
-        dt = getattr(d, part)
-        if dt not in ROW_TYPES:
-            yield Violation(rule="dtype_supported", path=("dtypes", part), value=dt.value,
-                            message=f"{c.spec.op} takes fp16, bf16 or fp32")
+    if d.input not in ROW_TYPES:
+        yield Violation(rule="dtype_supported", path=("dtypes", "input"), value=d.input.value,
+                        message=f"{c.spec.op} takes {_dtype_list(ROW_TYPES)}")
+    if d.out not in c.spec.out_dtypes:
+        verb = "takes" if c.spec.out_dtypes == ROW_TYPES else "writes"
+        yield Violation(rule="dtype_supported", path=("dtypes", "out"), value=d.out.value,
+                        message=f"{c.spec.op} {verb} {_dtype_list(c.spec.out_dtypes)}")
     if d.accumulate != DType.FP32:
         yield Violation(rule="dtype_supported", path=("dtypes", "accumulate"), value=d.accumulate.value,
                         message="the statistics are kept in fp32: accumulate must be fp32")
@@ -253,9 +271,26 @@ def row_split(c: RowContext) -> Iterator[Violation]:
                                         f"some workgroups would get no columns (split at most {chunks}, or auto)")
 
 
+# The row options the fused operations (norm: residual, quant; softmax: scale, mask) are not written for, and why:
+# (option, whether the spec uses it, the reason). Rule fused_combination refuses each pair.
+FUSED_UNSUPPORTED: tuple[tuple[str, Callable[[RowSpecBase], bool], str], ...] = (
+    ("peel", lambda s: s.peel, "peeled rows are addressed through flat views of X and Y alone"),
+    ("split", lambda s: s.splits, "a split row's second kernel writes from the first one's partials alone"),
+)
+
+
+def row_fused(c: RowContext) -> Iterator[Violation]:
+    """A fused operation (`RowSpecBase.fused`) beside a row option it is not written for (FUSED_UNSUPPORTED)."""
+    for path, value in c.spec.fused:
+        for option, used, why in FUSED_UNSUPPORTED:
+            if used(c.spec):
+                yield Violation(rule="fused_combination", path=(path,), value=value,
+                                message=f"not with {option}: {why}")
+
+
 ROW_RULES: tuple[RowRule, ...] = (
     row_dtype_supported, row_wave_multiple, row_vector_width, row_tail_policy, row_registers, row_unroll, row_peel,
-    row_split, row_pack,
+    row_split, row_pack, row_fused,
 )
 
 
@@ -303,8 +338,8 @@ class RowInstance(InstanceBase):
         return min(ROW_VECTOR_BYTES, self.vector * DTYPE_BYTES[DType(self.spec_dtypes[0])])
 
     def stem(self) -> str:
-        parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", self._variant_tag(), f"t{self.threads}",
-                 f"v{self.vector}"]
+        parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", *self._fused_tags(), self._variant_tag(),
+                 f"t{self.threads}", f"v{self.vector}"]
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + ["peel"] * self.peel
         if self.splits:
             parts.append("sauto" if self.split_workgroups else f"s{self.split}")
@@ -314,6 +349,10 @@ class RowInstance(InstanceBase):
 
     def _variant_tag(self) -> str:
         raise NotImplementedError
+
+    def _fused_tags(self) -> list[str]:
+        """A tag per operation fused into the row's pass (the family's), after the dtypes in the name."""
+        return []
 
     def template_vars(self) -> dict[str, object]:
         """How a chunk macro's (X, n, row) arguments address the row: unpeeled, X[row, col] with column
@@ -515,6 +554,10 @@ class RowCase:
     X: object  # stored input (device, input dtype)
     WS: object = None  # split: the fp32 partials workspace [rows, SPLIT, slots] (device)
 
+    def block(self, r0: int, r1: int) -> RowCase:
+        """Rows r0 .. r1 of the case (the chunked check's block)."""
+        return replace(self, X=self.X[r0:r1])
+
     @property
     def X32(self):
         """The same rounded values in fp32, made on use (a chunk's rows only, in the chunked check)."""
@@ -539,22 +582,21 @@ def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target)
 def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_controls: tuple[str, ...] = (),
                whole_controls=None):
     """The chunked check of a row family: blocks of whole rows, about max_elements elements each (one row
-    at least), the case's X sliced (weights and bias whole). `reference(inst, sub)` and
+    at least), the case's rows sliced (`case.block`: X and its other per-row tensors; weights and bias whole).
+    `reference(inst, sub)` and
     `controls(inst, sub, ref, r0=r0, rows=rows)` are the family's own, row by row alike (r0: the block's first
     row, for controls that depend on where a row lies in memory; rows: the whole tensor's, which split: auto
     depends on); a control in `first_row_controls`
     wrongs the first row only, so in later blocks it is the reference itself; `whole_controls(inst, case,
     step)`, if given, returns {name: fn(sub, r0) -> wrong} for controls that mix rows (a pre-pass over the
     blocks gathers what they need)."""
-    from dataclasses import replace
-
     from codegen.verify import CheckChunk
 
     rows, cols = case.X.shape
     step = max(inst.pack, max_elements // max(cols, 1) // inst.pack * inst.pack)  # whole blocks of packed rows
     mixed = whole_controls(inst, case, step) if whole_controls else {}
     for r0 in range(0, rows, step):
-        sub = replace(case, X=case.X[r0:r0 + step])
+        sub = case.block(r0, r0 + step)
         ref, mag = reference(inst, sub)
         wrong = controls(inst, sub, ref, r0=r0, rows=rows)
         for name in first_row_controls:
@@ -563,6 +605,31 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
         for name, fn in mixed.items():
             wrong[name] = fn(sub, r0)
         yield CheckChunk(index=(slice(r0, r0 + step),), ref=ref, mag=mag, controls=wrong)
+
+
+def row_output_chunks(inst, case, max_elements: int, outputs, references, controls, *,
+                      first_row_controls: tuple[str, ...] = ()):
+    """row_chunks for a kernel of several outputs, each indexed by row first ([rows, cols] or [rows, 1]): blocks of
+    whole rows, about max_elements elements over all the [rows, cols] outputs together (`outputs(inst, shape)`: the
+    family's Output list); `references(inst, sub)` gives
+    one (ref, mag) per output and `controls(inst, sub, refs, r0=r0, rows=rows)` {name: one wrong tensor per output}
+    (the reference itself where the control leaves that output right). A block yields one CheckChunk per output; a
+    control in `first_row_controls` wrongs the first row only (later blocks: the references)."""
+    from codegen.verify import CheckChunk
+
+    rows, cols = case.X.shape
+    full = max(1, sum(1 for o in outputs(inst, (rows, cols)) if o.shape[-1] == cols))
+    step = max(inst.pack, max_elements // max(cols * full, 1) // inst.pack * inst.pack)
+    for r0 in range(0, rows, step):
+        sub = case.block(r0, r0 + step)
+        refs = references(inst, sub)
+        wrong = controls(inst, sub, refs, r0=r0, rows=rows)
+        for name in first_row_controls:
+            if r0 > 0 and name in wrong:
+                wrong[name] = tuple(ref for ref, _ in refs)
+        for i, (ref, mag) in enumerate(refs):
+            yield CheckChunk(index=(slice(r0, r0 + step),), ref=ref, mag=mag, output=i,
+                             controls={name: w[i] for name, w in wrong.items()})
 
 
 @dataclass(frozen=True, kw_only=True)

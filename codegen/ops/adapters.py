@@ -282,6 +282,8 @@ class SoftmaxAdapter(Adapter):
 
     def want_of(self, inst) -> Want | None:
         i, o, acc = inst.spec_dtypes
+        if inst.logits:  # softmax(x * scale + mask) takes a mask and a scale this op does not
+            return None
         return Want("softmax", (("dtypes", f"{i}/{o}"),)) if acc == ACCUMULATE else None
 
     def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:
@@ -294,12 +296,12 @@ class SoftmaxAdapter(Adapter):
         return _row_workspaces(inst, run_shape)
 
     def run(self, kernel, prep: Prepared, args: RowArgs, shape, run_shape):
-        from codegen.families.rows import RowCase
+        from codegen.families.softmax.numerics import SoftmaxCase
 
         x = _as_rows(args.x, shape)
         out = _empty(prep.out_shape, args.x.dtype, x.device)
         ws = prep.alloc_workspaces(x.device)
-        prep.launch(kernel, RowCase(X=x, WS=ws[0] if ws else None), out)
+        prep.launch(kernel, SoftmaxCase(X=x, WS=ws[0] if ws else None), out)
         return out if out.dim() == args.x.dim() else out.view(args.x.shape)
 
     def fallback(self, args: RowArgs):
@@ -318,6 +320,8 @@ class NormAdapter(Adapter):
 
     def want_of(self, inst) -> Want | None:
         i, o, acc = inst.spec_dtypes
+        if inst.residual or inst.per_token:  # the fused kernels take a residual or write fp8 and scales: not this op
+            return None
         return Want(self.op, (("dtypes", f"{i}/{o}"), ("eps", as_fp32(inst.eps)))) if acc == ACCUMULATE else None
 
     def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:

@@ -42,6 +42,7 @@ HW = Hardware(
             DType.FP8_E4M3: "float8_e4m3fnuz",
         }
     ),
+    fp8_e4m3_max=240.0,  # e4m3fnuz: exponent bias 8, no infinities, one NaN
     peak_dense_tflops=MappingProxyType(
         {DType.FP16: 1307.4, DType.BF16: 1307.4, DType.FP32: 163.4, DType.FP8_E4M3: 2614.9}
     ),

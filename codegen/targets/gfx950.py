@@ -59,6 +59,7 @@ HW = Hardware(
     ),
     # AMD's MI355X figures (2400 MHz peak engine clock): dense matrix FP16/BF16 2.5 PFLOPS, FP8 5.0 PFLOPS
     # (8192 FP8 FLOP per CU per clock x 256 CUs), FP32 157.3 TFLOPS; HBM3E 8 TB/s
+    fp8_e4m3_max=448.0,  # OCP e4m3fn
     peak_dense_tflops=MappingProxyType(
         {DType.FP16: 2516.6, DType.BF16: 2516.6, DType.FP32: 157.3, DType.FP8_E4M3: 5033.2}
     ),

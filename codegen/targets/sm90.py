@@ -60,6 +60,7 @@ HW = Hardware(
             DType.FP8_E4M3: "float8_e4m3fn",
         }
     ),
+    fp8_e4m3_max=448.0,  # OCP e4m3fn
     peak_dense_tflops=MappingProxyType(
         {DType.FP16: 989.4, DType.BF16: 989.4, DType.FP32: 494.7, DType.FP8_E4M3: 1978.9}
     ),

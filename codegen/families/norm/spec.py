@@ -5,8 +5,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from codegen.families.rows import ROW_TUNABLES, RowSpecBase
-from codegen.hardware import Target
+from pydantic import StrictBool
+
+from codegen.families.rows import ROW_TUNABLES, ROW_TYPES, RowSpecBase
+from codegen.hardware import DType, Target
 from codegen.spec import PositiveFp32, search_model
 
 
@@ -19,6 +21,13 @@ class NormVariant(StrEnum):
     REGISTERS = "registers"
 
 
+class Quant(StrEnum):
+    NONE = "none"  # the output is written in dtypes.out as computed
+    # fp8 e4m3 output (rmsnorm): each row scaled so its largest magnitude is the fp8 maximum, the fp32 scale
+    # amax(row) / fp8_max written beside it, one per row ([rows, 1]): Y ~ Q * scale
+    PER_TOKEN = "per_token"
+
+
 class NormSpecBase(RowSpecBase):
     """rmsnorm / layernorm over the last dim, with a weight (and, for layernorm, a bias) of `cols`
     elements in the input dtype; the statistics streamed over global memory or taken from the row held
@@ -26,7 +35,19 @@ class NormSpecBase(RowSpecBase):
 
     eps: PositiveFp32  # added to the mean square / variance; no default: models differ
     variant: NormVariant = NormVariant.STREAMED
+    # residual add in the same pass: S = X + R (written in the input dtype: the next block's residual) and
+    # Y = norm(S) -- the sum as stored, rounded once, is what is normalised
+    residual: StrictBool = False
+    quant: Quant = Quant.NONE  # per_token: fp8 e4m3 output with a dynamic per-row scale (rmsnorm; rules quant_*)
     search: dict[Target, NormSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
+
+    @property
+    def fused(self) -> tuple[tuple[str, object], ...]:
+        return (("residual", True),) * self.residual + (("quant", self.quant.value),) * (self.quant != Quant.NONE)
+
+    @property
+    def out_dtypes(self) -> tuple[DType, ...]:
+        return (*ROW_TYPES, DType.FP8_E4M3) if self.op == "rmsnorm" else ROW_TYPES
 
     @property
     def row_in_registers(self) -> bool:
@@ -58,6 +79,8 @@ RMSNORM_STARTER = """\
   dtypes: {input: fp16, out: fp16, accumulate: fp32}
   eps: 1.0e-6
   variant: streamed         # streamed (any row length) | registers (row read once into registers)
+  residual: false           # true: S = X + R written beside Y = rmsnorm(S) * W, one pass
+  quant: none               # per_token: dtypes.out fp8_e4m3 and a per-row fp32 scale (amax / fp8 max)
   shapes:
     - {rows: 4096, cols: 4096}
   threads: 256
@@ -74,6 +97,7 @@ LAYERNORM_STARTER = """\
   dtypes: {input: fp16, out: fp16, accumulate: fp32}
   eps: 1.0e-5
   variant: registers
+  residual: false           # true: S = X + R written beside Y = layernorm(S) * W + B, one pass
   shapes:
     - {rows: 4096, cols: 4096}
   threads: 256

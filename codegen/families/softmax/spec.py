@@ -1,4 +1,5 @@
-"""The softmax spec model (`op: softmax`): Y = softmax(X, dim=-1) over rows of `cols` elements."""
+"""The softmax spec model (`op: softmax`): Y = softmax(X * scale + mask, dim=-1) over rows of `cols` elements
+(scale and mask optional)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Literal
 
 from codegen.families.rows import ROW_TUNABLES, RowSpecBase
 from codegen.hardware import Target
-from codegen.spec import search_model
+from codegen.spec import NormalFp32, search_model
 
 
 class SoftmaxVariant(StrEnum):
@@ -18,9 +19,17 @@ class SoftmaxVariant(StrEnum):
     TWO_PASS = "two_pass"
 
 
+class SoftmaxMask(StrEnum):
+    NONE = "none"
+    FULL = "full"  # an additive mask of X's shape, [rows, cols], in the input dtype (-inf masks an element out)
+    BROADCAST = "broadcast"  # one additive mask row, [cols], in the input dtype, added to every row
+
+
 class SoftmaxSpec(RowSpecBase):
     op: Literal["softmax"]
     variant: SoftmaxVariant = SoftmaxVariant.TWO_PASS
+    scale: NormalFp32 | None = None  # the logits are X * scale (in fp32) before the mask is added; None: X
+    mask: SoftmaxMask = SoftmaxMask.NONE
     search: dict[Target, SoftmaxSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
 
     @property
@@ -30,6 +39,11 @@ class SoftmaxSpec(RowSpecBase):
     @property
     def streaming_variant(self) -> str:
         return SoftmaxVariant.TWO_PASS.value
+
+    @property
+    def fused(self) -> tuple[tuple[str, object], ...]:
+        return (("scale", self.scale),) * (self.scale is not None) + (("mask", self.mask.value),) * (
+            self.mask != SoftmaxMask.NONE)
 
 
 SoftmaxSearch = search_model("SoftmaxSearch", SoftmaxSpec, ROW_TUNABLES)
@@ -44,6 +58,8 @@ STARTER = """\
   op: softmax
   dtypes: {input: fp16, out: fp16, accumulate: fp32}
   variant: two_pass         # two_pass (any row length) | online (row held in registers, one read)
+  # scale: 0.125            # softmax(X * scale + mask): a normal fp32 constant
+  mask: none                # none | full ([rows, cols] additive mask) | broadcast ([cols], added to every row)
   shapes:
     - {rows: 4096, cols: 4096}
   threads: 128              # a multiple of 64 on gfx942, of 32 on sm_90
