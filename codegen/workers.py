@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Self
@@ -95,9 +96,15 @@ def deferred_termination() -> Iterator[None]:
 def _sigint_held() -> Iterator[None]:
     """Hold a Ctrl-C until the block is done, then raise it: for starting a process and recording
     it, so that a worker is never started without the parent knowing it must stop it. SIGINT is
-    also blocked, so the spawned process starts with it blocked."""
+    also blocked, so the spawned process starts with it blocked. In another thread than the main one
+    (verify's compile and GPU-feeding threads) only that thread's mask is set: the process's Ctrl-C
+    then goes to the main thread, which handles it."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         return
     caught: list[int] = []
     old_handler = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
@@ -114,7 +121,14 @@ def _sigint_held() -> Iterator[None]:
 def start_process(target: Callable[..., object], args: tuple, *, daemon: bool = False,
                   started: Callable[[BaseProcess], None] | None = None) -> BaseProcess:
     """Spawn `target(*args)` with SIGINT blocked; `started(process)` records it before a held Ctrl-C
-    is raised. The target must call worker_signals() first."""
+    is raised. The target must call worker_signals() first.
+
+    multiprocessing's resource tracker is started first, outside the blocked section: the spawn of
+    the first worker of a process starts it, and its start-up ends with SIG_UNBLOCK of SIGINT (not a
+    restore of the caller's mask), so a worker spawned right after would start with SIGINT deliverable
+    and a Ctrl-C while it imports would print a KeyboardInterrupt traceback. Once it runs, a later
+    ensure_running() returns without touching the mask."""
+    resource_tracker.ensure_running()
     with _sigint_held():
         proc = CTX.Process(target=target, args=args, daemon=daemon)
         proc.start()

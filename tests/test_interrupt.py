@@ -246,3 +246,53 @@ def test_ctrl_c_while_click_builds_the_commands_exits_130(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main()
     assert exc.value.code == 130
+
+
+# ---- a worker's first moments --------------------------------------------------------------------
+
+MASK_PROBE = r'''
+import os
+import threading
+from pathlib import Path
+
+
+def blocked() -> str:
+    """This process's blocked-signal mask, as /proc shows it (hex)."""
+    return next(ln.split()[1] for ln in Path("/proc/self/status").read_text().splitlines() if ln.startswith("SigBlk"))
+
+
+if __name__ != "__main__":  # a spawned worker importing this file as __mp_main__: before any code of its own runs
+    with open(os.environ["MASK_OUT"], "a") as out:
+        out.write(blocked() + "\n")
+
+
+def target() -> None:
+    from codegen.workers import worker_signals
+
+    worker_signals()
+
+
+if __name__ == "__main__":
+    from codegen.workers import start_process
+
+    start_process(target, ()).join()  # the first worker of this process: it starts the resource tracker
+    start_process(target, ()).join()
+    thread = threading.Thread(target=lambda: start_process(target, ()).join())  # as verify's feeding threads do
+    thread.start()
+    thread.join()
+'''
+
+
+def test_a_worker_starts_with_sigint_blocked_from_its_first_import(tmp_path):
+    """A Ctrl-C that reaches a worker while it still imports (its main module, torch, codegen) must not
+    print a KeyboardInterrupt traceback: every worker is spawned with SIGINT blocked, the first one of a
+    process too (multiprocessing's resource tracker unblocks SIGINT in the thread that starts it) and one
+    started from another thread than the main one."""
+    script, out = tmp_path / "probe.py", tmp_path / "masks.txt"
+    script.write_text(MASK_PROBE)
+    subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, env=dict(os.environ, MASK_OUT=str(out)),
+                   check=True, timeout=120)
+    masks = out.read_text().split()
+    assert len(masks) == 3, masks
+    for mask in masks:
+        assert int(mask, 16) & (1 << (signal.SIGINT - 1)), f"a worker started with SIGINT deliverable: {masks}"
