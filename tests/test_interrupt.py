@@ -64,10 +64,11 @@ def running_in_group(pgid: int) -> list[str]:
 
 
 def interrupt(cmd: list[str], delay_s: float, *, after: Callable[[], bool] | None = None, cwd: Path = REPO_ROOT,
-              env: dict[str, str] | None = None):
-    """Start `cmd` in a new process group, SIGINT the group `delay_s` after it started (or after
-    `after()` first holds); (exit code, seconds from the signal to the exit, stdout, stderr, processes
-    of the group still running). Exit code None: the command had finished before the signal."""
+              env: dict[str, str] | None = None, sig: int = signal.SIGINT, group: bool = True):
+    """Start `cmd` in a new process group, send `sig` to the group (to the command's process alone without
+    `group`: `kill PID`) `delay_s` after it started (or after `after()` first holds); (exit code, seconds
+    from the signal to the exit, stdout, stderr, processes of the group still running). Exit code None: the
+    command had finished before the signal."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -79,12 +80,16 @@ def interrupt(cmd: list[str], delay_s: float, *, after: Callable[[], bool] | Non
             out, err = proc.communicate()
             return None, 0.0, out, err, []
         t0 = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            os.kill(proc.pid, sig)
         try:
             out, err = proc.communicate(timeout=EXIT_S)
         except subprocess.TimeoutExpired:
             left = running_in_group(proc.pid)
-            pytest.fail(f"{cmd[1]} still running {EXIT_S:.0f} s after Ctrl-C (at {delay_s:.2f} s): {left}")
+            pytest.fail(f"{cmd[1]} still running {EXIT_S:.0f} s after {signal.Signals(sig).name} (at {delay_s:.2f} s): "
+                        f"{left}")
         seconds = time.monotonic() - t0
         deadline = time.monotonic() + 3.0  # the multiprocessing resource tracker exits once the last worker has
         while (left := running_in_group(proc.pid)) and time.monotonic() < deadline:
@@ -107,10 +112,13 @@ def assert_cache_consistent(root: Path) -> list[str]:
     return keys
 
 
-def check_interrupted(code: int | None, seconds: float, err: str, left: list[str]) -> None:
+def check_interrupted(code: int | None, seconds: float, err: str, left: list[str], sig: int = signal.SIGINT) -> None:
+    """Ended as a Ctrl-C ends a command: exit 128 + the signal's number, one last line, no traceback, no
+    process of the group left."""
     assert not left, f"still running after the exit: {left}"
-    assert code == 130, err
-    assert err.strip().splitlines()[-1] == "interrupted", err
+    assert code == 128 + sig, err
+    last = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+    assert err.strip().splitlines()[-1] == last, err
     assert "Traceback" not in err, err
     assert seconds < EXIT_S
 
@@ -177,6 +185,8 @@ from codegen.hardware import Target
 
 
 def never_ends(*args, **kwargs):
+    if os.environ.get("READY"):
+        open(os.environ["READY"], "a").close()
     time.sleep(600)
 
 
@@ -215,16 +225,26 @@ def test_ctrl_c_ends_verify_and_bench(tmp_path, command, hang_in):
     assert not reports.exists()  # no report, not half of one
 
 
-@needs_gfx942
-def test_ctrl_c_ends_run_and_skips_the_steps_after(tmp_path):
-    """`tilegen run` used to carry on with verify and bench after an interrupted build."""
+def _one_spec_project(tmp_path: Path, name: str, next_name: str, *, gfx942_only: bool = True) -> Path:
+    """A project of one spec of this checkout's specs/ (the entry `name`, up to `next_name`; `gfx942_only`:
+    its targets cut to gfx942), with this checkout's toolchain."""
     project = tmp_path / "p"
     (project / "specs").mkdir(parents=True)
     (project / "tilegen.toml").write_text('specs = ["specs"]\n')
-    text = (REPO_ROOT / "specs" / "softmax.yaml").read_text()
-    entry = text[text.index("- name: softmax_fp16_online\n"):text.index("- name: softmax_fp16_two_pass")]
-    (project / "specs" / "one.yaml").write_text(entry.replace("targets: [gfx942, sm_90]", "targets: [gfx942]"))
-    (project / ".toolchain").symlink_to(REPO_ROOT / ".toolchain")  # the gfx942 toolchain of this checkout
+    path = next(p for p in sorted((REPO_ROOT / "specs").glob("*.yaml")) if f"- name: {name}\n" in p.read_text())
+    text = path.read_text()
+    entry = text[text.index(f"- name: {name}\n"):text.index(f"- name: {next_name}\n")]
+    if gfx942_only:
+        entry = entry.replace("targets: [gfx942, sm_90]", "targets: [gfx942]")
+    (project / "specs" / "one.yaml").write_text(entry)
+    (project / ".toolchain").symlink_to(REPO_ROOT / ".toolchain")
+    return project
+
+
+@needs_gfx942
+def test_ctrl_c_ends_run_and_skips_the_steps_after(tmp_path):
+    """`tilegen run` used to carry on with verify and bench after an interrupted build."""
+    project = _one_spec_project(tmp_path, "softmax_fp16_online", "softmax_fp16_two_pass")
     staging = project / ".cache" / "build" / "staging"
     code, seconds, out, err, left = interrupt([TILEGEN, "run", "-j", "1"], 0.2, cwd=project,
                                               after=lambda: staging.is_dir() and any(staging.iterdir()))
@@ -232,6 +252,48 @@ def test_ctrl_c_ends_run_and_skips_the_steps_after(tmp_path):
     check_interrupted(code, seconds, err, left)
     assert "tilegen run" not in out  # the steps table: no step ran after the build
     assert_cache_consistent(project / ".cache" / "build")
+
+
+# ---- SIGTERM (`kill PID`: the CLI's process alone) and SIGHUP (a hang-up: the whole group) -----------------
+
+STOPS = [pytest.param(signal.SIGTERM, False, id="SIGTERM"), pytest.param(signal.SIGHUP, True, id="SIGHUP")]
+
+
+@needs_gfx942
+@pytest.mark.parametrize(("sig", "group"), STOPS)
+@pytest.mark.parametrize("command", ["build", "tune"])
+def test_sigterm_and_sighup_end_build_and_tune_as_ctrl_c_does(tmp_path, command, sig, group):
+    """Sent while a worker builds (its staging folder exists): the workers are ended, the staging folders
+    removed, every published entry verifies, nothing else is written."""
+    project = _one_spec_project(tmp_path, "gemm_fp16_decode", "gemv_fp16_decode", gfx942_only=False)
+    spec = project / "specs" / "one.yaml"
+    spec.write_text(spec.read_text().replace("  search:\n", "  search:\n    gfx942:\n      pipeline: {stages: [1, 2]}\n"))
+    cache = tmp_path / "cache"
+    cmd = {"build": [TILEGEN, "build", "--all", "--target", "gfx942", "-j", "2"],
+           "tune": [TILEGEN, "tune", "gemm_fp16_decode", "--static", "--target", "gfx942", "-j", "2"]}[command]
+    staging = cache / "staging"
+    code, seconds, _, err, left = interrupt([*cmd, "--cache-dir", str(cache)], 0.2, cwd=project, sig=sig,
+                                              group=group, after=lambda: staging.is_dir() and any(staging.iterdir()))
+    print(f"{command}: {signal.Signals(sig).name} while a worker builds -> exit {code} after {seconds:.2f} s")
+    check_interrupted(code, seconds, err, left, sig)
+    assert_cache_consistent(cache)
+    assert sorted(p.name for p in project.iterdir()) == [".toolchain", "specs", "tilegen.toml"]  # no report
+
+
+@pytest.mark.parametrize(("sig", "group"), STOPS)
+@pytest.mark.parametrize(("command", "hang_in"), [("verify", "compile"), ("bench", "run")])
+def test_sigterm_and_sighup_end_verify_and_bench_as_ctrl_c_does(tmp_path, command, hang_in, sig, group):
+    script = tmp_path / "fake_gpu_tilegen.py"
+    script.write_text(FAKE_GPU)
+    reports = tmp_path / "reports"
+    cmd = [sys.executable, str(script), command, "softmax_fp16_online", "gemm_fp16_decode", "--target", "sm_90",
+           "-j", "2", "--out", str(reports)]
+    ready = tmp_path / "ready"  # the fake GPU step writes it once it runs: the workers are under way
+    code, seconds, _, err, left = interrupt(cmd, 0.2, env=dict(os.environ, HANG_IN=hang_in, READY=str(ready)),
+                                            sig=sig, group=group, after=ready.exists)
+    print(f"{command} ({hang_in} never ends): {signal.Signals(sig).name} -> exit {code} after {seconds:.2f} s")
+    check_interrupted(code, seconds, err, left, sig)
+    assert not reports.exists()
 
 
 def test_ctrl_c_while_click_builds_the_commands_exits_130(monkeypatch, capsys):
