@@ -138,6 +138,9 @@ class UI:
         for r in report.results:  # the static analysis' findings ([vector_loads]): warnings, never failures
             for w in r.summary().get("warnings", []):
                 self.err.print(f"warning: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {w}", markup=False)
+        for r in report.results:  # why an entry was built again (a corrupt cache entry), or is unreadable
+            if r.note:
+                self.err.print(f"note: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.note}", markup=False)
         for r in report.failed:
             self.err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
                            + (f" (log: {r.log})" if r.log else ""), markup=False)

@@ -477,7 +477,7 @@ def test_warm_rebuild_is_cached_and_never_imports_tilelang(first_shapes, first_s
 @needs_gfx942
 def test_cache_miss_hit_and_corrupt_entry_rebuilt(tmp_path):
     """Cold: built. Warm: cached, same report. A truncated kernel.s in an otherwise complete entry:
-    detected, rebuilt (never trusted), same report again."""
+    detected, rebuilt (never trusted), same report again; `tilegen build` says why it rebuilt it."""
     rendered = next(f for f in GFX942_FILES if f.instance.name == "gemm_bf16_nn_unrolled")
     opts = BuildOptions(names=(rendered.uri,), first_shape=True, cache_dir=tmp_path, jobs=1)
     first = build(PROJECT, opts).results[0]
@@ -488,10 +488,15 @@ def test_cache_miss_hit_and_corrupt_entry_rebuilt(tmp_path):
     want = json.loads((entry / "manifest.json").read_text())["artifacts"]["kernel.s"]["bytes"]
     (entry / "kernel.s").write_text((entry / "kernel.s").read_text()[: want // 2])
     have = (entry / "kernel.s").stat().st_size
-    again = build(PROJECT, opts).results[0]
-    assert again.status == "built"
-    assert again.note == f"rebuilt: the cache entry was corrupt (kernel.s is {have} B, manifest says {want} B)"
-    assert again.kernels == first.kernels
+    cli = CliRunner().invoke(app, ["build", rendered.uri, "--first-shape", "--cache-dir", str(tmp_path), "-j", "1",
+                                   "--json"])
+    assert cli.exit_code == 0, cli.output
+    (again,) = json.loads(cli.stdout)["gfx942"]["builds"]
+    note = f"rebuilt: the cache entry was corrupt (kernel.s is {have} B, manifest says {want} B)"
+    assert again["status"] == "built" and again["note"] == note
+    shape = "x".join(map(str, first.shape))
+    assert f"note: {rendered.uri} {shape} gfx942: {note}" in cli.stderr.splitlines()  # on the console too
+    assert build(PROJECT, opts).results[0].kernels == first.kernels
     assert read_entry(entry, rendered.instance) == first.kernels
 
 
