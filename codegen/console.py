@@ -72,8 +72,8 @@ class UI:
     """Draws on `out` (tables, results) and `err` (progress, failures, notes). `event` is the
     `on_event` callback of library calls: a progress bar on a terminal (gone when the report is
     shown), elsewhere plain lines: a stage's start, then one line per item that ended other than
-    cached or fine. Failures are printed as they happen either way. Use it as a context manager: a
-    bar left by an interrupted call is stopped on the way out."""
+    cached or fine. Failures and notes (why a cache entry was built again) are printed as they happen
+    either way. Use it as a context manager: a bar left by an interrupted call is stopped on the way out."""
 
     def __init__(self, out: Console, err: Console):
         self.out = out
@@ -117,6 +117,8 @@ class UI:
                 self.err.print(line + (f": {e.error}" if e.error else ""), markup=False)
         elif e.status in ("failed", "error"):
             self.err.print(f"{e.status}: {e.label}", markup=False)
+        if e.note:  # on a terminal too, above the bar: why a cache entry was built again
+            self.err.print(f"note: {e.label}: {e.note}", markup=False)
 
     # ---- reports ----
     def show(self, report: object, **kw) -> int:
@@ -138,9 +140,6 @@ class UI:
         for r in report.results:  # the static analysis' findings ([vector_loads]): warnings, never failures
             for w in r.summary().get("warnings", []):
                 self.err.print(f"warning: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {w}", markup=False)
-        for r in report.results:  # why an entry was built again (a corrupt cache entry), or is unreadable
-            if r.note:
-                self.err.print(f"note: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.note}", markup=False)
         for r in report.failed:
             self.err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
                            + (f" (log: {r.log})" if r.log else ""), markup=False)
