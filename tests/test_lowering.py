@@ -19,6 +19,9 @@ from codegen.pipeline import Project
 from codegen.render import RenderedFile, render_all
 from codegen.targets import TARGETS
 
+# the session's lowered first shapes are made once: the module's tests in one xdist worker
+pytestmark = pytest.mark.xdist_group("lowering")
+
 pytest.importorskip("tilelang")
 
 # The same tiling single-, double- and triple-buffered on gfx942.
