@@ -151,8 +151,12 @@ def test_an_interrupted_cache_is_reused_and_completed(tmp_path):
     build reuses what was published and builds the rest."""
     cache = tmp_path / "cache"
     delay = random.Random(SEED).uniform(0.0, 0.5)
-    code, seconds, _, err, left = interrupt([*BUILD, "--cache-dir", str(cache)], delay,
-                                            after=lambda: any((cache / "entries").glob("*/*")))
+
+    def published_and_building() -> bool:  # an entry is published and a worker has begun another (its staging)
+        staging = cache / "staging"
+        return any((cache / "entries").glob("*/*")) and staging.is_dir() and any(staging.iterdir())
+
+    code, seconds, _, err, left = interrupt([*BUILD, "--cache-dir", str(cache)], delay, after=published_and_building)
     published = assert_cache_consistent(cache)
     print(f"build: SIGINT {delay:.2f} s after the first entry -> exit {code} after {seconds:.2f} s, "
           f"{len(published)} of {len(SPECS)} entries published")
