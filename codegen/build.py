@@ -403,7 +403,7 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
         results[job.key] = r
         on_event(Event(stage="build", kind="advance", done=len(results), total=len(jobs),
                        label=f"{r.uri} {'x'.join(map(str, r.shape))} {r.target}", status=r.status,
-                       seconds=r.seconds, error=r.error))
+                       seconds=r.seconds, error=r.error, note=r.note))
 
     hits, misses = [], []
     for job in jobs:

@@ -36,19 +36,21 @@ from codegen.hardware import Target
 from codegen.pipeline import Project
 from codegen.spec import MAX_POINTS
 from codegen.starter import starter_spec
-from codegen.workers import load_tilelang, set_tilelang_log_level
+from codegen.workers import load_tilelang, set_tilelang_log_level, stop_message, stop_on_signals
 
 
 class _Commands(TyperGroup):
     """Ctrl-C ends any command with one line and exit code 130 (click would print "Aborted!" and
-    exit 1). Worker processes were stopped on the way out (codegen.workers)."""
+    exit 1); SIGTERM and SIGHUP the same way, with 143 and 129. Worker processes were stopped on the way
+    out (codegen.workers)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            err.print("interrupted", markup=False)
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            line, code = stop_message(exc)
+            err.print(line, markup=False)
+            raise typer.Exit(code) from None
 
 
 # add_completion: typer's own --install-completion / --show-completion (bash, zsh, fish, PowerShell)
@@ -444,11 +446,13 @@ def run_(jobs: Jobs = None, gpus: Gpus = None, out_dir: ReportDir = None) -> Non
 
 
 def main() -> None:
+    stop_on_signals()
     try:
         app()
-    except KeyboardInterrupt:  # Ctrl-C while click builds the commands, before _Commands.invoke is reached
-        err.print("interrupted", markup=False)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C while click builds the commands, before _Commands.invoke is reached
+        line, code = stop_message(exc)
+        err.print(line, markup=False)
+        raise SystemExit(code) from None
 
 
 if _SIGINT_HANDLER is not None:

@@ -76,8 +76,8 @@ class UI:
     """Draws on `out` (tables, results) and `err` (progress, failures, notes). `event` is the
     `on_event` callback of library calls: a progress bar on a terminal (gone when the report is
     shown), elsewhere plain lines: a stage's start, then one line per item that ended other than
-    cached or fine. Failures are printed as they happen either way. Use it as a context manager: a
-    bar left by an interrupted call is stopped on the way out."""
+    cached or fine. Failures and notes (why a cache entry was built again) are printed as they happen
+    either way. Use it as a context manager: a bar left by an interrupted call is stopped on the way out."""
 
     def __init__(self, out: Console, err: Console):
         self.out = out
@@ -121,6 +121,8 @@ class UI:
                 self.err.print(line + (f": {e.error}" if e.error else ""), markup=False)
         elif e.status in ("failed", "error"):
             self.err.print(f"{e.status}: {e.label}", markup=False)
+        if e.note:  # on a terminal too, above the bar: why a cache entry was built again
+            self.err.print(f"note: {e.label}: {e.note}", markup=False)
 
     # ---- reports ----
     def show(self, report: object, **kw) -> int:

@@ -18,6 +18,7 @@ class Event:
     status: str | None = None  # advance: how it ended, when worth a line ("built", "failed", "error"); None: a tick
     seconds: float | None = None
     error: str | None = None
+    note: str | None = None  # advance: worth saying whatever the status (why a cache entry was built again)
 
 
 OnEvent = Callable[[Event], None]

@@ -13,6 +13,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass, replace
+from multiprocessing.reduction import ForkingPickler
 
 from codegen.hardware import DType, Target
 from codegen.render import RenderedFile
@@ -204,11 +205,18 @@ def _worker_main(conn, log_level: int, env: dict[str, str] | None = None) -> Non
     conn.send(("ready",))
     while True:
         try:
-            task = conn.recv()
+            data = conn.recv_bytes()
         except EOFError:
             return
+        try:
+            task = ForkingPickler.loads(data)  # imports the modules of the task's function and arguments
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            conn.send(("error", f"cannot load the task: {type(exc).__name__}: {_first_line(exc)}", False,
+                       traceback.format_exc()[-4000:]))
+            continue
         if task is None:
             return
+        conn.send(("started",))  # the call's time limit starts now
         fn, args = task
         try:
             conn.send(("ok", fn(*args)))
@@ -222,10 +230,12 @@ def _worker_main(conn, log_level: int, env: dict[str, str] | None = None) -> Non
 class ContainedRunner:
     """Runs functions in a worker process; restarts it after a crash, a CUDA error or a timeout."""
 
-    STARTUP_TIMEOUT_S = 300.0  # a spawned worker re-imports torch/tilelang: slow on a busy machine
+    # a spawned worker re-imports torch/tilelang, and the first call of a function imports its module: slow on
+    # a busy machine, and not part of a call's time limit
+    STARTUP_TIMEOUT_S = 300.0
 
     def __init__(self, timeout_s: float, env: dict[str, str] | None = None):
-        self.timeout_s = timeout_s  # per call, counted from when the worker is ready
+        self.timeout_s = timeout_s  # per call, counted from when the worker has loaded the call and starts it
         self.env = dict(env or {})  # set in the worker first thing (the GPU it is pinned to)
         self._proc = None
         self._conn = None
@@ -263,11 +273,16 @@ class ContainedRunner:
         if self._proc is None or not self._proc.is_alive():
             self._start()
         self._conn.send((fn, args))
-        if not self._conn.poll(self.timeout_s):
-            self._stop(kill=True)
-            return False, f"timed out after {self.timeout_s:.0f} s (worker killed)", ""
         try:
+            if not self._conn.poll(self.STARTUP_TIMEOUT_S):
+                self._stop(kill=True)
+                return False, f"the worker did not load the call within {self.STARTUP_TIMEOUT_S:.0f} s", ""
             reply = self._conn.recv()
+            if reply == ("started",):
+                if not self._conn.poll(self.timeout_s):
+                    self._stop(kill=True)
+                    return False, f"timed out after {self.timeout_s:.0f} s (worker killed)", ""
+                reply = self._conn.recv()
         except EOFError:
             self._proc.join(timeout=10)
             code = self._proc.exitcode

@@ -1,15 +1,15 @@
 """Worker processes that a Ctrl-C always ends, started with the parent's TileLang log level.
 
-A Ctrl-C at a terminal sends SIGINT to every process of the foreground process group. Workers ignore
-it: they are spawned with SIGINT blocked (a spawned interpreter keeps the mask, so not even its
-start-up, importing tilelang or torch, can be cut half-way) and then set it to ignored. The parent
-alone gets KeyboardInterrupt, and on its way out it ends every worker it started (`stop`): SIGTERM,
+A Ctrl-C at a terminal sends SIGINT to every process of the foreground process group (a hang-up, SIGHUP,
+reaches them all too). Workers ignore both: they are spawned with them blocked (a spawned interpreter keeps
+the mask, so not even its start-up, importing tilelang or torch, can be cut half-way) and then set them to
+ignored. The parent alone gets KeyboardInterrupt (SIGTERM and SIGHUP raise Stopped, a KeyboardInterrupt, in
+the CLI's process: the same way out), and on its way out it ends every worker it started (`stop`): SIGTERM,
 which a worker turns into an exception inside the task it is running, so that its `finally` blocks
 run (a build's staging folder is removed, a compiler subprocess is killed), and then exits; SIGKILL
 for one still alive GRACE_S later (native code that does not return to Python). Each worker has its
 own pipe, and no queue or lock is shared between processes, so no worker can be left waiting on one
-that another process held when it died.
-"""
+that another process held when it died."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Self
@@ -72,11 +73,48 @@ def _on_sigterm(signum, frame) -> None:
     os._exit(128 + signum)
 
 
+# A terminal sends these to its whole foreground process group (Ctrl-C; a hang-up, forwarded by the shell):
+# a worker ignores them and the parent, which gets them too, stops it.
+GROUP_SIGNALS = frozenset({signal.SIGINT, signal.SIGHUP})
+# What ends a command as a Ctrl-C does, in the CLI's process: these and SIGTERM (`kill`, a service manager).
+STOP_SIGNALS = GROUP_SIGNALS | {signal.SIGTERM}
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP in the CLI's process (stop_on_signals): unwinds exactly as a Ctrl-C does, so
+    every clean-up a Ctrl-C runs (workers ended, staging folders removed, no report half-written) runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame) -> None:
+    raise Stopped(signum)
+
+
+def stop_on_signals() -> None:
+    """In the CLI's process, main thread: SIGTERM and SIGHUP raise Stopped (one that is ignored, as under
+    nohup, stays ignored)."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, _raise_stopped)
+
+
+def stop_message(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """The CLI's last line and exit code for a stop: "interrupted", 130 for a Ctrl-C; "stopped by SIGTERM",
+    143 (128 + the signal number, as a shell reports it) for the others."""
+    if isinstance(exc, Stopped):
+        return f"stopped by {signal.Signals(exc.signum).name}", 128 + exc.signum
+    return "interrupted", 128 + signal.SIGINT
+
+
 def worker_signals() -> None:
-    """A worker's signal set-up, first thing in it: ignore SIGINT (the parent decides), turn SIGTERM
-    into Terminated."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # one held since the spawn is dropped
+    """A worker's signal set-up, first thing in it: ignore SIGINT and SIGHUP (the parent decides), turn
+    SIGTERM into Terminated."""
+    for signum in GROUP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)  # one held since the spawn is dropped
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
@@ -92,30 +130,46 @@ def deferred_termination() -> Iterator[None]:
 
 
 @contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Hold a Ctrl-C until the block is done, then raise it: for starting a process and recording
-    it, so that a worker is never started without the parent knowing it must stop it. SIGINT is
-    also blocked, so the spawned process starts with it blocked."""
+def _stop_held() -> Iterator[None]:
+    """Hold a stop signal (STOP_SIGNALS) until the block is done, then raise it: for starting a process and
+    recording it, so that a worker is never started without the parent knowing it must stop it. The group
+    signals are also blocked, so the spawned process starts with them blocked (SIGTERM is not: the parent
+    may end a worker that is still importing). In another thread than the main one (verify's compile and
+    GPU-feeding threads) only that thread's mask is set: the process's signals then go to the main
+    thread, which handles them."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         return
     caught: list[int] = []
-    old_handler = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held = [signum for signum in sorted(STOP_SIGNALS) if signal.getsignal(signum) not in (signal.SIG_IGN, None)]
+    old_handlers = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum)) for signum in held}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a held SIGINT runs the handler above
-        signal.signal(signal.SIGINT, old_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # a held signal runs the handler above
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
     if caught:
-        signal.raise_signal(signal.SIGINT)  # now, to the handler it was meant for (KeyboardInterrupt)
+        signal.raise_signal(caught[0])  # now, to the handler it was meant for (KeyboardInterrupt, Stopped)
 
 
 def start_process(target: Callable[..., object], args: tuple, *, daemon: bool = False,
                   started: Callable[[BaseProcess], None] | None = None) -> BaseProcess:
-    """Spawn `target(*args)` with SIGINT blocked; `started(process)` records it before a held Ctrl-C
-    is raised. The target must call worker_signals() first."""
-    with _sigint_held():
+    """Spawn `target(*args)` with SIGINT and SIGHUP blocked; `started(process)` records it before a held
+    stop signal is raised. The target must call worker_signals() first.
+
+    multiprocessing's resource tracker is started first, outside the blocked section: the spawn of
+    the first worker of a process starts it, and its start-up ends with SIG_UNBLOCK of SIGINT (not a
+    restore of the caller's mask), so a worker spawned right after would start with SIGINT deliverable
+    and a Ctrl-C while it imports would print a KeyboardInterrupt traceback. Once it runs, a later
+    ensure_running() returns without touching the mask."""
+    resource_tracker.ensure_running()
+    with _stop_held():
         proc = CTX.Process(target=target, args=args, daemon=daemon)
         proc.start()
         if started is not None:

@@ -779,7 +779,7 @@ def test_v_transposed_control_is_rejected():
     assert "v_transposed_keys_reversed" not in check_output(natural, shape, lambda c, r: r)[2]
 
 
-def test_v_transposed_seed_builds_for_gfx942_with_wide_v_reads_and_no_spills(tmp_path):
+def test_v_transposed_seed_builds_for_gfx942_with_wide_v_reads_and_no_spills(build_cache):
     from spectext import REPO_ROOT
 
     from codegen.build import BuildOptions, build_files
@@ -791,7 +791,7 @@ def test_v_transposed_seed_builds_for_gfx942_with_wide_v_reads_and_no_spills(tmp
     except ToolchainMissing as exc:
         pytest.skip(str(exc))
     f = FILES[("attn_fp16_d128_persistent", "gfx942")]
-    report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=tmp_path, jobs=1, first_shape=True))
+    report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=build_cache, jobs=1, first_shape=True))
     (r,) = report.results
     assert r.ok, r.error
     (k,) = r.kernels

@@ -162,6 +162,22 @@ def test_gpu_stages_are_plain_lines_when_not_a_terminal():
 
 
 @pytest.mark.parametrize("terminal", [False, True])
+def test_a_builds_note_is_shown_on_a_terminal_and_in_plain_lines(terminal):
+    """Why an entry was built again (a corrupt cache entry) is said as it happens, not only in --json."""
+    text = StringIO()
+    console = Console(file=text, width=200, force_terminal=terminal, highlight=False, color_system=None)
+    note = "rebuilt: the cache entry was corrupt (kernel.s is 10 B, manifest says 20 B)"
+    with UI(console, console) as ui:
+        ui.event(Event(stage="build", kind="start", done=0, total=2, label="building 1 of 2 (rest cached)"))
+        ui.event(Event(stage="build", kind="advance", done=1, total=2, label="k 1x2 gfx942", status="cached"))
+        ui.event(Event(stage="build", kind="advance", done=2, total=2, label="k 3x4 gfx942", status="built",
+                       seconds=1.0, note=note))
+    lines = [line.rsplit("\x1b[2K", 1)[-1] for line in text.getvalue().splitlines()]  # past a bar's redraws
+    assert f"note: k 3x4 gfx942: {note}" in lines
+    assert "k 1x2" not in text.getvalue()
+
+
+@pytest.mark.parametrize("terminal", [False, True])
 def test_show_returns_the_exit_code_and_draws_the_table(terminal):
     text = StringIO()
     console = Console(file=text, width=200, force_terminal=terminal, highlight=False, color_system=None)

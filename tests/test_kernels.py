@@ -11,7 +11,6 @@ import pytest
 
 from codegen.families import derived_shapes
 from codegen.gpu import ContainedRunner, NoGpu, detect_gpu, precompile, unsupported_on
-from codegen.lower import lower
 from codegen.pipeline import Project
 from codegen.targets import HARDWARE
 from codegen.verify import verify_case
@@ -32,8 +31,8 @@ IDS = [f"{f.uri}-{'x'.join(map(str, s))}" for f, s in GRID]
 
 
 @pytest.mark.parametrize(("rendered", "shape"), GRID, ids=IDS)
-def test_lowers_for_its_target(rendered, shape):
-    kernel = lower(rendered, shape, rendered.instance.target)
+def test_lowers_for_its_target(rendered, shape, lower_once):
+    kernel = lower_once(rendered, shape, rendered.instance.target)
     mma_on_amd = rendered.instance.uses_matrix_cores() and HARDWARE[rendered.instance.target].vendor == "amd"
     marker = "__builtin_amdgcn_mfma" if mma_on_amd else "__global__"
     assert marker in kernel.source

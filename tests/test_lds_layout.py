@@ -177,7 +177,7 @@ def _gfx942_missing() -> str | None:
 
 
 @pytest.mark.skipif(_gfx942_missing() is not None, reason="no gfx942 toolchain")
-def test_gfx942_isa_reads_b_from_lds_as_wide_as_the_nt_kernel(tmp_path):
+def test_gfx942_isa_reads_b_from_lds_as_wide_as_the_nt_kernel(build_cache):
     """One 128x128x64 fp16 block, k_pack 2, built three ways: nn natural reads B 2 bytes a lane (ds_read_u16),
     nn transposed_b reads only ds_read_b128 -- as many as nt -- with no spill and no fewer waves per SIMD."""
     tile = edit(edit(NATURAL, "block_k: 32", "block_k: 64"), "  tail: none\n", "  k_pack: 2\n  tail: none\n")
@@ -185,7 +185,7 @@ def test_gfx942_isa_reads_b_from_lds_as_wide_as_the_nt_kernel(tmp_path):
     text = (tile.replace("name: g", "name: nat") + tile.replace("name: g", "name: bt").replace("  k_pack", "  lds_layout: transposed_b\n  k_pack")
             + tile.replace("name: g", "name: nt").replace("layout: nn", "layout: nt"))
     built = render_all(build_instances(parse_specs(text, FILE), [Target.GFX942]))
-    report = build_files(built, REPO_ROOT, BuildOptions(cache_dir=tmp_path, jobs=2))
+    report = build_files(built, REPO_ROOT, BuildOptions(cache_dir=build_cache, jobs=2))
     loops = {}
     for r in report.results:
         assert r.ok, r.error

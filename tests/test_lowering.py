@@ -7,20 +7,20 @@ read the lowered text. Lowering needs TileLang but no GPU.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import pytest
 
 from codegen.instance import build_instances
 from codegen.load import parse_specs
-from codegen.lower import LoweredKernel, lower
+from codegen.lower import LoweredKernel
 from codegen.pipeline import Project
 from codegen.render import RenderedFile, render_all
 from codegen.targets import TARGETS
+
+# the session's lowered first shapes are made once: the module's tests in one xdist worker
+pytestmark = pytest.mark.xdist_group("lowering")
 
 pytest.importorskip("tilelang")
 
@@ -44,22 +44,11 @@ COMMITTED = [f for f in Project().rendered() if f.instance.op == "gemm"]  # row 
 PROBES = render_all(build_instances(parse_specs(STAGE_PROBES, "tests/stage_probes.yaml")))
 
 
-def _lower(f: RenderedFile) -> LoweredKernel:
-    return lower(f, f.instance.shapes[0], f.instance.target)
-
-
 @pytest.fixture(scope="session")
-def lowered() -> dict[str, LoweredKernel]:
-    """URI -> the lowered first shape of every committed and probe instance."""
-    files = COMMITTED + PROBES
-    # a worker costs a TileLang import (~2 s): worth it from 4 cores up, not on a 2-core box
-    workers = min(len(files), (os.cpu_count() or 1) // 2, 8)
-    if workers > 1:
-        # fresh interpreters: TVM's thread pools do not survive fork
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            kernels = list(pool.map(_lower, files))
-    else:
-        kernels = [_lower(f) for f in files]
+def lowered(lower_once) -> dict[str, LoweredKernel]:
+    """URI -> the lowered first shape of every committed and probe instance (a committed one's first shape
+    is test_kernels' too: the run lowers it once, tests/conftest.py)."""
+    kernels = [lower_once(f, f.instance.shapes[0], f.instance.target) for f in COMMITTED + PROBES]
     return {k.uri: k for k in kernels}
 
 

@@ -249,11 +249,11 @@ def _missing(target: Target) -> str | None:
 
 
 @pytest.mark.parametrize("target", [Target.GFX942, Target.SM_90])
-def test_the_seed_builds_without_spills_and_holds_the_residency_it_assumes(target, tmp_path):
+def test_the_seed_builds_without_spills_and_holds_the_residency_it_assumes(target, build_cache):
     if (why := _missing(target)) is not None:
         pytest.skip(f"no {target} toolchain: {why}")
     f = SEED_FILES[target]
-    report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=tmp_path, jobs=2))
+    report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=build_cache, jobs=2))
     hw = TARGETS[target].hw
     per_cu = f.instance.resident_workgroups // hw.compute_units
     for r in report.results:

@@ -24,6 +24,9 @@ from codegen.load import parse_specs
 from codegen.pipeline import Project
 from codegen.tune import tune_static
 
+# one local Ray cluster for the module (the machine's default port): its tests in one xdist worker
+pytestmark = pytest.mark.xdist_group("ray")
+
 RAY = Path(sys.executable).with_name("ray")
 SPEC = """\
 - name: g

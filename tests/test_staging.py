@@ -290,13 +290,13 @@ def _gfx942_missing() -> str | None:
 
 
 @pytest.mark.skipif(_gfx942_missing() is not None, reason="no gfx942 toolchain")
-def test_gfx942_padded_main_loop_loads_16_bytes_where_the_predicated_one_loads_2(tmp_path):
+def test_gfx942_padded_main_loop_loads_16_bytes_where_the_predicated_one_loads_2(build_cache):
     """The seed and its predicated twin at 1000x1001x1001, built together: the padded main kernel's loop loads
     only global_load_dwordx4 and spills nothing; the predicated kernel's loop loads 2 bytes (global_load_ushort)."""
     seed_file = (REPO_ROOT / "specs" / "gemm_padded.yaml").read_text()  # alone: the twin at the odd shapes only
     chosen = render_all(build_instances(parse_specs(seed_file, FILE), [Target.GFX942]))
     assert sorted(f.instance.name for f in chosen) == [SEED, TWIN]
-    report = build_files(chosen, REPO_ROOT, BuildOptions(cache_dir=tmp_path, jobs=2, first_shape=True))
+    report = build_files(chosen, REPO_ROOT, BuildOptions(cache_dir=build_cache, jobs=2, first_shape=True))
     loops = {}
     for r in report.results:
         assert r.ok, r.error

@@ -270,9 +270,9 @@ def _sm90_toolchain() -> None:
         pytest.skip(f"no sm_90 toolchain: {exc}")
 
 
-def test_the_seed_builds_without_spills_and_its_ptx_carries_the_hint(tmp_path):
+def test_the_seed_builds_without_spills_and_its_ptx_carries_the_hint(build_cache):
     _sm90_toolchain()
-    report = build_files([SEED_FILE], REPO_ROOT, BuildOptions(cache_dir=tmp_path, jobs=2, first_shape=True))
+    report = build_files([SEED_FILE], REPO_ROOT, BuildOptions(cache_dir=build_cache, jobs=2, first_shape=True))
     (r,) = report.results
     assert r.ok, r.error
     (k,) = r.kernels
@@ -288,10 +288,10 @@ def test_the_seed_builds_without_spills_and_its_ptx_carries_the_hint(tmp_path):
     assert not re.search(r"^\s*st\.global", ptx, re.MULTILINE)
 
 
-def test_a_c_tile_larger_than_the_pipeline_takes_its_bytes(tmp_path):
+def test_a_c_tile_larger_than_the_pipeline_takes_its_bytes(build_cache):
     _sm90_toolchain()
     f = sm90(edit(edit(BASE, "block_n: 128, block_k: 64", "block_n: 256, block_k: 32"), "  b_eviction: first\n", ""))
-    report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=tmp_path, jobs=2))
+    report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=build_cache, jobs=2))
     (r,) = report.results
     assert r.ok, r.error
     (k,) = r.kernels

@@ -1,12 +1,12 @@
 """The checker itself, on the CPU: it must fail wrong outputs, flag vacuous tolerances, and contain
 crashing or hanging kernels. (The GPU runs of real kernels are in test_kernels.py.)"""
 
-import os
-import time
 from functools import partial
 
 import pytest
+import slowimport
 import torch
+import workertasks
 from numcheck import check_output
 
 from codegen.families.gemm.numerics import dropped_k_tile, wrong_operation
@@ -73,31 +73,22 @@ def test_fp8_uses_fnuz_on_gfx942_and_fn_on_sm90():
 
 
 # ---------------------------------------------------------------- containment
-def _ok(x):
-    return x * 2
-
-
-def _crash():
-    os._exit(3)
-
-
-def _hang():
-    time.sleep(60)
-
-
-def _cuda_like_error():
-    raise RuntimeError("CUDA error: an illegal memory access was encountered")
-
-
 def test_runner_contains_crash_hang_and_context_errors():
     with ContainedRunner(timeout_s=5) as runner:
-        assert runner.call(_ok, 21)[:2] == (True, 42)
-        ok, msg, _ = runner.call(_crash)
+        assert runner.call(workertasks.double, 21)[:2] == (True, 42)
+        ok, msg, _ = runner.call(workertasks.crash)
         assert not ok and "worker died (exit code 3)" in msg
-        assert runner.call(_ok, 1)[:2] == (True, 2)  # a fresh worker took over
-        t0 = time.monotonic()
-        ok, msg, _ = runner.call(_hang)
-        assert not ok and "timed out after 5 s" in msg and time.monotonic() - t0 < 30
-        ok, msg, _ = runner.call(_cuda_like_error)
+        assert runner.call(workertasks.double, 1)[:2] == (True, 2)  # a fresh worker took over
+        ok, msg, _ = runner.call(workertasks.hang)
+        assert not ok and "timed out after 5 s" in msg
+        ok, msg, _ = runner.call(workertasks.cuda_like_error)
         assert not ok and "illegal memory access" in msg
-        assert runner.call(_ok, 5)[:2] == (True, 10)
+        assert runner.call(workertasks.double, 5)[:2] == (True, 10)
+
+
+def test_a_calls_time_limit_starts_once_the_worker_has_imported_it():
+    """A worker imports the module of the function it is sent (torch, tilelang: seconds on a busy machine)
+    before it runs it; the call's time limit is for the run."""
+    assert slowimport.IMPORT_S > 1
+    with ContainedRunner(timeout_s=1) as runner:
+        assert runner.call(slowimport.double, 4)[:2] == (True, 8)

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 from spectext import REPO_ROOT
 
+# the wheel and its venv are made once: the module's tests in one xdist worker
+pytestmark = pytest.mark.xdist_group("wheel")
+
 
 def _run(cmd, *, cwd, env, timeout=600):
     proc = subprocess.run([str(c) for c in cmd], check=False, cwd=cwd, env=env, capture_output=True, text=True,

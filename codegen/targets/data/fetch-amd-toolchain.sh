@@ -9,8 +9,11 @@
 #   fetch-amd-toolchain.sh DEST     (PYTHON: the interpreter whose tilelang the toolchain serves)
 # Shipped inside the tilegen package: `tilegen toolchain fetch` runs it (default DEST: the user cache);
 # a checkout's `bash tools/fetch-gfx942-toolchain.sh` runs it for <repo>/.toolchain.
+# apt-get waits for a package-manager lock another process holds, up to APT_LOCK_TIMEOUT_S (apt-wait.sh).
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 DEST" >&2; exit 2; }
+# shellcheck source=apt-wait.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-wait.sh"
 
 HIP_PKG=libamdhip64-dev         # headers; bookworm's 5.2 / trixie's 5.7 are too old
 HIP_VER=6.4.3-5                 # from Debian testing
@@ -56,8 +59,8 @@ for v in $GFX942_CLANG $GFX950_CLANG; do
   [ -x "$(clang_of "$v")" ] && [ -x "/usr/bin/ld.lld-$v" ] || need+=("clang-$v" "lld-$v")
 done
 if [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  apt_get update -qq
+  DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 # 2. HIP headers + device libs: .debs fetched with a private apt state, unpacked locally.
@@ -70,8 +73,8 @@ if [ ! -f "$HIP_ROOT/include/hip/hip_runtime.h" ] || [ ! -f "$GFX942_DEVLIB_DIR/
   APTOPT=(-o Dir::Etc::SourceList="$APT/sources.list" -o Dir::Etc::SourceParts=/dev/null
           -o Dir::State::Lists="$APT/lists" -o Dir::Cache="$APT/cache"
           -o Dir::State::status=/dev/null -o APT::Sandbox::User=root -qq)
-  apt-get "${APTOPT[@]}" update
-  (cd "$APT/debs" && apt-get "${APTOPT[@]}" download "$HIP_PKG=$HIP_VER" "$GFX942_DEVLIBS=$GFX942_DEVLIBS_VER" \
+  apt_get "${APTOPT[@]}" update
+  (cd "$APT/debs" && apt_get "${APTOPT[@]}" download "$HIP_PKG=$HIP_VER" "$GFX942_DEVLIBS=$GFX942_DEVLIBS_VER" \
                                                       "$GFX950_DEVLIBS=$GFX950_DEVLIBS_VER")
   rm -rf "$TC/hip"; mkdir -p "$TC/hip"
   for deb in "$APT"/debs/*.deb; do dpkg -x "$deb" "$TC/hip"; done
