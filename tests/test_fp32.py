@@ -34,7 +34,9 @@ FILES = {f.uri: f for f in Project().rendered()}
 
 
 def _file(name, target=Target.SM_90):
-    return next(f for f in FILES.values() if f.instance.name == name and f.instance.target == target)
+    """The spec's hand kernel (not a tuned winner the lockfile adds beside it)."""
+    return next(f for f in FILES.values() if f.instance.name == name and f.instance.target == target
+                and not any(s.tuned_on for s in f.specs))
 
 
 def _inst(name, target=Target.SM_90):
