@@ -32,20 +32,9 @@ _POLICY = {
 
 VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per lane
 
-FP32_TEMPLATE = "gemm_fp32.py.j2"  # fp32-input GEMMs (CUDA-core FMA or the target's fp32 MMA)
-XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf32): staged K-major, then wgmma
-# lds_layout transposed_b: B's tile staged transposed in LDS
-TRANSPOSED_B_TEMPLATE = "gemm_transposed_b.py.j2"
-# grid persistent: a tile loop in a grid of min(tiles, resident) workgroups
-PERSISTENT_TEMPLATE = "gemm_persistent.py.j2"
-# b_eviction / epilogue (sm_90's TMA copy options): the tiles kernel of gemm.py.j2 with a hint on B's copies and
-# C staged through shared memory
-TMA_TEMPLATE = "gemm_tma.py.j2"
 # epilogue shared: TileLang 0.1.15 stores the shared C tile (128-byte swizzled) as TMA boxes of 128 bytes of a row
 # by every row of the tile -- ceil(block_n / box) tma_store calls a tile (lowered source; tests/test_tma_copies.py)
 EPILOGUE_BOX_BYTES = 128
-# staging padded: A and B copied into zero-padded workspaces of whole blocks, then the main kernel
-PADDED_TEMPLATE = "gemm_padded.py.j2"
 GEMV_PARTIAL = "_gemv.py.j2"  # gemm.py.j2's structure partial for structure gemv
 TILED_PARTIAL = "_tiled.py.j2"  # ... and for structure tiled (composing _staging, _mainloop, _scheduler, _epilogue)
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
@@ -59,8 +48,7 @@ class GemmInstance(InstanceBase):
     name: str
     target: Target
     op: str = "gemm"
-    # gemv.py.j2 for structure gemv; XF32_TEMPLATE, FP32_TEMPLATE, SPLIT_K_TEMPLATE, TRANSPOSED_B_TEMPLATE,
-    # PADDED_TEMPLATE, DYNAMIC_M_TEMPLATE, PERSISTENT_TEMPLATE or TMA_TEMPLATE for the options they serve (make_instance)
+    # every GEMM renders the one template; its partials are chosen by the fields below (template_vars)
     template: str = "gemm.py.j2"
     # provenance (not part of the configuration hash)
     spec_file: str = field(compare=False)
@@ -75,7 +63,7 @@ class GemmInstance(InstanceBase):
     trans_a: bool
     trans_b: bool
     # tiling and schedule
-    structure: str  # Structure: tiled (gemm.py.j2) | gemv (gemv.py.j2)
+    structure: str  # Structure: tiled (gemm.py.j2's _tiled.py.j2) | gemv (its _gemv.py.j2)
     vector: int  # elements of one global load of the gemv structure's lanes (0: tiled, TileLang's copies)
     # tiled: workgroups each output tile's K range is split over (1: no split); with a split, the block of C
     # each workgroup of the second kernel (the fixed-order sum of the fp32 partials) serves (0 without one)
@@ -112,7 +100,7 @@ class GemmInstance(InstanceBase):
     def transposed_b(self) -> bool:
         return self.lds_layout == LdsLayout.TRANSPOSED_B.value
 
-    # Staging: none (tiles read from the caller's A and B) | padded (PADDED_TEMPLATE: A and B first copied into
+    # Staging: none (tiles read from the caller's A and B) | padded (_staging.py.j2: A and B first copied into
     # zero-padded workspaces of whole blocks)
     staging: str = Staging.NONE.value
 
@@ -122,12 +110,12 @@ class GemmInstance(InstanceBase):
 
     # (min, max): M is symbolic (T.dynamic) and one compiled kernel serves every M in it; None: M fixed per compile
     dynamic_m: tuple[int, int] | None = None
-    # GridPolicy: "tiles" (a workgroup per output tile) | "persistent" (PERSISTENT_TEMPLATE); with persistent, the
+    # GridPolicy: "tiles" (a workgroup per output tile) | "persistent" (_scheduler.py.j2's tile loop); with persistent, the
     # workgroups the target holds at once (compute_units x TargetSpec.resident_workgroups), the most it launches
     grid: str = GridPolicy.TILES.value
     resident_workgroups: int = 0
 
-    # sm_90's TMA copy options (TMA_TEMPLATE): Eviction, the L2 priority of B's tile loads ("normal": no hint);
+    # sm_90's TMA copy options: Eviction, the L2 priority of B's tile loads ("normal": no hint);
     # Epilogue, "direct" (fragment -> global) or "shared" (fragment -> a shared C tile -> TMA stores)
     b_eviction: str = Eviction.NORMAL.value
     epilogue: str = Epilogue.DIRECT.value
@@ -232,7 +220,7 @@ class GemmInstance(InstanceBase):
             return frame | {"structure_partial": GEMV_PARTIAL, "title_note": ", small M", "kernel_args": [],
                             "kernel_doc": f"The prim_func for one problem size (tail policy: {tail}).",
                             "lanes_k": self.block_k // self.vector}
-        return self._legacy_vars() | frame | self._staging_vars() | self._mainloop_vars() | self._scheduler_vars() | {
+        return frame | self._staging_vars() | self._mainloop_vars() | self._scheduler_vars() | {
             "structure_partial": TILED_PARTIAL,
             "title_note": "".join(note for note, on in (
                 (", operands staged padded", self.padded), (", persistent grid", self.persistent),
@@ -245,28 +233,6 @@ class GemmInstance(InstanceBase):
             "kernel_args": self._workspace_args() + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split,
             "shared_epilogue": self.shared_epilogue, "tma_options": self.tma_options,
         }
-
-    def _legacy_vars(self) -> dict[str, object]:  # the templates not folded into gemm.py.j2 yet
-        k0 = "(k_first + kk) * BLOCK_K" if self.split_k > 1 else "k * BLOCK_K"
-        extent = "split_tiles" if self.split_k > 1 else "T.ceildiv(K, BLOCK_K)" if self.padded else "k_tiles"
-        v = {"k_loop": pipelined_loop(extent, self.stages, self.pipeline_order, self.pipeline_stage),
-             "policy": _POLICY[WarpPolicy(self.policy)],
-             "a_stage_origin": "bx * BLOCK_K, by * BLOCK_M" if self.trans_a else "by * BLOCK_M, bx * BLOCK_K",
-             "b_stage_origin": "by * BLOCK_N, bx * BLOCK_K" if self.trans_b else "bx * BLOCK_K, by * BLOCK_N"}
-        if self.template == XF32_TEMPLATE:
-            names = self.xf32_workspaces()
-            x3 = "A_lo" in names
-            v |= {"workspaces": [{"name": w, "rows": "M, BLOCK_M" if w[0] == "A" else "N, BLOCK_N"} for w in names],
-                  "a_lo_arg": ", A_lo" if x3 else "", "b_lo_arg": ", B_lo" if x3 else ""}
-        else:
-            a_origin = f"{k0}, row0" if self.trans_a else f"row0, {k0}"
-            b_origin = f"col0, {k0}" if self.trans_b else f"{k0}, col0"
-            gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}",
-                         f"policy={_POLICY[WarpPolicy(self.policy)]}"] + [f"k_pack={self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
-            v |= {"a_origin": a_origin, "b_origin": b_origin, "gemm_args": ", ".join(gemm_args),
-                  "b_tile": "(BLOCK_N, BLOCK_K)" if self.trans_b or self.transposed_b else "(BLOCK_K, BLOCK_N)",
-                  "a_tile": "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"}
-        return v
 
     def _rows(self) -> tuple[str, str]:
         """The first row and column of the output tile, as the tile's code names them."""
@@ -369,14 +335,14 @@ class GemmInstance(InstanceBase):
         }
 
     def xf32_workspaces(self) -> tuple[str, ...]:
-        """The K-major TF32 workspaces gemm_xf32.py.j2 takes between B and C (none for other templates)."""
-        if self.template != XF32_TEMPLATE:
+        """The K-major TF32 workspaces of precision tf32 / 3xtf32 (workspace "tf32"), between B and C; else none."""
+        if self.workspace != "tf32":
             return ()
         return ("A_hi", "B_hi") + ("A_lo", "B_lo") * (self.precision == Precision.X3TF32.value)
 
     def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, ...], ...]:
         """The workspaces the kernel takes between B and C, at one problem size: split-K's fp32 partials
-        C_PART [split_k, M, N]; gemm_xf32's TF32 operands (rows, K); staging padded's A_PAD and B_PAD in the
+        C_PART [split_k, M, N]; tf32 / 3xtf32's TF32 operands (rows, K); staging padded's A_PAD and B_PAD in the
         operands' storage layouts -- M or N and K padded to whole blocks (dtype: workspace_dtype)."""
         m, n, k = shape
         if self.split_k > 1:
@@ -397,13 +363,13 @@ class GemmInstance(InstanceBase):
         """The template's `T.Kernel(...)` grids (T.use_swizzle only remaps block indices inside the grid):
         one (ceil(N/block_n), ceil(M/block_m)) kernel; `specialized`: the interior (N//block_n, M//block_m),
         the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it;
-        gemm_xf32 and staging padded: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B
+        tf32 / 3xtf32 and staging padded: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B
         (ceil(K/block_k), ceil(N/block_n)), then the main kernel."""
         m, n, k = shape
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
-        if self.template in (XF32_TEMPLATE, PADDED_TEMPLATE):
+        if self.workspace:
             kt = -(-k // self.block_k)
             return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
         if self.persistent:  # one workgroup per resident slot, at most one per tile
@@ -504,7 +470,6 @@ class PersistentSchedule:
         return offset % rows + panel * self.panel, self.tiles_n - 1 - col if panel % 2 else col
 
 
-SPLIT_K_TEMPLATE = "gemm_splitk.py.j2"  # split_k > 1: partial sums over K, then a fixed-order reduction
 REDUCE_VECTOR = 4  # fp32 partials per thread and split in the sum kernel: one 16-byte load each
 
 
@@ -547,11 +512,8 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     # the TMA copy options on a target that has them, where they apply (rules b_eviction_*, epilogue_*)
     eviction = b_eviction(spec, tuning, target)
     epilogue = Epilogue.SHARED if shared_epilogue(spec, tuning, target) else Epilogue.DIRECT
-    tma = eviction != Eviction.NORMAL or epilogue != Epilogue.DIRECT
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
-        template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
-                  else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],
