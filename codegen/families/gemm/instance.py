@@ -341,52 +341,48 @@ class GemmInstance(InstanceBase):
         return ("A_hi", "B_hi") + ("A_lo", "B_lo") * (self.precision == Precision.X3TF32.value)
 
     def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, ...], ...]:
-        """The workspaces the kernel takes between B and C, at one problem size: split-K's fp32 partials
-        C_PART [split_k, M, N]; tf32 / 3xtf32's TF32 operands (rows, K); staging padded's A_PAD and B_PAD in the
-        operands' storage layouts -- M or N and K padded to whole blocks (dtype: workspace_dtype)."""
+        """The workspaces the kernel takes between B and C, at one problem size, in the order of its arguments:
+        the staging's -- staging padded's A_PAD and B_PAD in the operands' storage layouts, M or N and K padded to
+        whole blocks; tf32 / 3xtf32's TF32 operands (rows, K) -- then split-K's fp32 partials C_PART
+        [split_k, M, N]. Their dtypes: workspace_dtypes."""
         m, n, k = shape
-        if self.split_k > 1:
-            return ((self.split_k, m, n),)
         rows = {"A": -(-m // self.block_m) * self.block_m, "B": -(-n // self.block_n) * self.block_n}
         k_pad = -(-k // self.block_k) * self.block_k
+        staged: tuple[tuple[int, ...], ...] = tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
         if self.padded:
-            return ((k_pad, rows["A"]) if self.trans_a else (rows["A"], k_pad),
-                    (rows["B"], k_pad) if self.trans_b else (k_pad, rows["B"]))
-        return tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
+            staged = ((k_pad, rows["A"]) if self.trans_a else (rows["A"], k_pad),
+                      (rows["B"], k_pad) if self.trans_b else (k_pad, rows["B"]))
+        return staged + ((self.split_k, m, n),) * self.split
 
-    def workspace_dtype(self) -> str:
-        """The spec dtype of the workspaces: the inputs' own for staging padded (copies of A and B), else fp32
-        (split-K's partials, xf32's TF32 operands in fp32 storage)."""
-        return self.spec_dtypes[0] if self.padded else DType.FP32.value
+    def workspace_dtypes(self) -> tuple[str, ...]:
+        """The spec dtype of each workspace (workspace_shapes): the inputs' own for staging padded (copies of A and
+        B), fp32 for tf32 / 3xtf32's TF32 operands (fp32 storage) and for split-K's partials."""
+        staged = (self.spec_dtypes[0],) * 2 if self.padded else (DType.FP32.value,) * len(self.xf32_workspaces())
+        return staged + (DType.FP32.value,) * self.split
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
-        """The template's `T.Kernel(...)` grids (T.use_swizzle only remaps block indices inside the grid):
-        one (ceil(N/block_n), ceil(M/block_m)) kernel; `specialized`: the interior (N//block_n, M//block_m),
-        the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it;
-        tf32 / 3xtf32 and staging padded: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B
-        (ceil(K/block_k), ceil(N/block_n)), then the main kernel."""
+        """The template's `T.Kernel(...)` grids in launch order (T.use_swizzle only remaps block indices inside
+        the grid): the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B (ceil(K/block_k), ceil(N/block_n))
+        where a workspace is staged; then the main kernel -- persistent: min(tiles, resident) workgroups; else one
+        (ceil(N/block_n), ceil(M/block_m)) grid, split along z with a K split; `specialized`: the interior
+        (N//block_n, M//block_m), the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the
+        template launches it -- and with a K split, the sum of the partials."""
         m, n, k = shape
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
-        if self.workspace:
-            kt = -(-k // self.block_k)
-            return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
-        if self.persistent:  # one workgroup per resident slot, at most one per tile
-            return ((self.persistent_schedule(m, n).workgroups, 1, 1),)
-        if self.split_k > 1:  # the partial products (split along z), then the sum of the partials
-            return ((-(-n // bn), -(-m // bm), self.split_k),
-                    (-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
-        if self.tail != TailPolicy.SPECIALIZED:
-            return ((-(-n // bn), -(-m // bm), 1),)
+        kt = -(-k // self.block_k)
+        grids = [(kt, -(-m // bm), 1), (kt, -(-n // bn), 1)] if self.workspace else []
         full_m, full_n = m // bm, n // bn
-        grids = []
-        if full_m > 0 and full_n > 0:
-            grids.append((full_n, full_m, 1))
-        if m % bm:
-            grids.append((-(-n // bn), 1, 1))
-        if n % bn and full_m > 0:
-            grids.append((full_m, 1, 1))
+        if self.persistent:  # one workgroup per resident slot, at most one per tile
+            grids.append((self.persistent_schedule(m, n).workgroups, 1, 1))
+        elif self.schedule_kind == "tiles" and self.tail == TailPolicy.SPECIALIZED:
+            grids += [(full_n, full_m, 1)] * (full_m > 0 and full_n > 0) + [(-(-n // bn), 1, 1)] * bool(m % bm)
+            grids += [(full_m, 1, 1)] * bool(n % bn and full_m > 0)
+        else:
+            grids.append((-(-n // bn), -(-m // bm), self.split_k))
+        if self.split:  # the sum of the partials
+            grids.append((-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
         return tuple(grids)
 
     def metadata(self, uri: str) -> dict[str, object]:
@@ -492,7 +488,8 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     d = spec.dtypes
     fp32 = d.a == DType.FP32
     # B as stored on a target without transposed_b (rule lds_layout_target refuses asking it of such a target
-    # alone), and where it does not apply: gemv, fp32, a B stored N x K (rule lds_layout_applies refuses those)
+    # alone), and where it does not apply: a B stored N x K (rule lds_layout_applies), gemv and fp32 (rule
+    # unsupported_combination)
     transposed = (tuning.lds_layout == LdsLayout.TRANSPOSED_B and tuning.lds_layout.value in target.gemm_lds_layouts
                   and not (gemv or fp32 or spec.layout.trans_b))
     lds_layout = LdsLayout.TRANSPOSED_B if transposed else LdsLayout.NATURAL
@@ -501,15 +498,14 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     # ieee needs true fp32 products: the target's MMA if it takes fp32 exactly (AMD), else CUDA-core FMA
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
-    split = 1 if gemv else tuning.split_k  # gemv never splits K (rule split_k_structure)
-    persistent = tuning.grid == GridPolicy.PERSISTENT and not gemv  # rule persistent_structure
+    # gemv never splits K, loops over tiles nor stages its operands (rule unsupported_combination)
+    split = 1 if gemv else tuning.split_k
+    persistent = tuning.grid == GridPolicy.PERSISTENT and not gemv
     resident = (hw.compute_units * target.resident_workgroups(t.threads, lds_bytes(spec, tuning, target))
                 if persistent else 0)
-    # staging padded on the tiled structure only (rule staging_structure; staging_dtype, staging_combination
-    # refuse the other templates)
     padded = tuning.staging == Staging.PADDED and not gemv
     reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
-    # the TMA copy options on a target that has them, where they apply (rules b_eviction_*, epilogue_*)
+    # the TMA copy options on a target that has them (rules b_eviction_*, epilogue_*)
     eviction = b_eviction(spec, tuning, target)
     epilogue = Epilogue.SHARED if shared_epilogue(spec, tuning, target) else Epilogue.DIRECT
     return GemmInstance(
