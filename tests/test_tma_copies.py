@@ -72,8 +72,8 @@ def sm90(text: str = BASE):
     ("  epilogue: shared\n  tail: none\n", "  tail: none\n  split_k: 2\n", None),
     ("  tail: none\n", "  tail: none\n  grid: persistent\n", None),
     ("  tail: none\n", "  tail: predicated\n  dynamic_m: {min: 1, max: 512}\n", None),
-    ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}\n  overrides: {gfx942: {tiling: {block_m: 64, "
-     "block_n: 64, block_k: 32, threads: 256}}}", None),
+    ("{a: fp16, b: fp16, out: fp16}", ("{a: fp32, b: fp32, out: fp32}\n  overrides: {gfx942: {tiling: {block_m: 64, "
+                                       "block_n: 64, block_k: 32, threads: 256}}}"), None),
     ("  tail: none\n", "  tail: none\n  structure: gemv\n",
      ("specs/x.yaml:8:15: b_eviction=first: not with structure gemv (not supported): gemv has no tiles through shared "
       "memory [unsupported_combination]")),

@@ -372,7 +372,7 @@ def lds_layout_applies(c: GemmContext) -> Iterator[Violation]:
     """Rule lds_layout_applies: transposed_b rewrites how a K x N B tile (layouts nn, tn) goes into LDS for the
     matrix cores. It means nothing for a B stored N x K (nt, tt: already K-contiguous); fp32 inputs and the gemv
     structure are UNSUPPORTED_COMBINATIONS."""
-    why = _transposed_b_misfit(c) if _transposed_b_asked(c) else None
+    why = _transposed_b_misfit(c) if _transposed_b_asked(c) and not blocked(c, "transposed_b") else None
     if why:
         yield Violation(rule="lds_layout_applies", path=c.at("lds_layout"), value=c.tuning.lds_layout.value,
                         message=why)
