@@ -133,3 +133,13 @@ def test_a_pair_outside_the_table_lowers(case):
     f = _render(*case)
     kernel = lower(f, f.instance.shapes[0], f.instance.target)
     assert "__global__" in kernel.source
+
+
+def test_docs_list_the_table_as_the_code_has_it():
+    from spectext import REPO_ROOT
+
+    docs = (REPO_ROOT / "docs" / "gemm.md").read_text(encoding="utf-8")
+    for u in UNSUPPORTED_COMBINATIONS:
+        first, second = (TRAITS[t] for t in u.traits)
+        assert f"| {first.name} | {second.name} | {u.why} |" in docs, u.traits
+    assert "`unsupported_combination`" in docs
