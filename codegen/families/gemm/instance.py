@@ -232,6 +232,9 @@ class GemmInstance(InstanceBase):
                            "bounds-checked)." if self.padded else f"The prim_func for one problem size (tail policy: {tail})."),
             "kernel_args": self._workspace_args() + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split,
             "shared_epilogue": self.shared_epilogue, "tma_options": self.tma_options,
+            # the module's kernels, as its docstring counts them: staging (2), main, split-K's sum
+            "kernel_count": {3: "three", 4: "four"}.get(2 * bool(self.workspace) + 1 + self.split, "these"),
+            "split_kernels": (1 + 2 * bool(self.workspace), 2 + 2 * bool(self.workspace)),
         }
 
     def _rows(self) -> tuple[str, str]:

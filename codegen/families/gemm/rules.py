@@ -328,7 +328,7 @@ def unroll_divides(c: GemmContext) -> Iterator[Violation]:
     """Rule unroll_divides: every k is whole rounds of unroll K steps of block_k -- in each of split_k
     equal splits when the K range is split (the unrolled loop has no remainder round)."""
     bk, u = c.tuning.tiling.block_k, c.tuning.unroll
-    sk = c.tuning.split_k if c.tuning.structure == Structure.TILED else 1  # gemv: rule split_k_structure
+    sk = c.tuning.split_k if c.tuning.structure == Structure.TILED else 1  # gemv never splits (rule unsupported_combination)
     step, word = (bk * u * sk, "block_k*unroll*split_k") if sk > 1 else (bk * u, "block_k*unroll")
     for i, s in enumerate(c.spec.shapes):
         if s.k % step:
