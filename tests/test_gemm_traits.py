@@ -7,6 +7,7 @@ other renders (gemm.py.j2, its partials chosen by the traits) and lowers with Ti
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 import yaml
@@ -143,3 +144,24 @@ def test_docs_list_the_table_as_the_code_has_it():
         first, second = (TRAITS[t] for t in u.traits)
         assert f"| {first.name} | {second.name} | {u.why} |" in docs, u.traits
     assert "`unsupported_combination`" in docs
+
+
+def write_project(out: Path, target: Target) -> int:
+    """A tilegen project at `out` holding one spec per supported case on `target` (each alone and each pair of its
+    traits), for `tilegen -C out gen` and `tilegen -C out verify --all` on a GPU of that target. Returns the count."""
+    specs = []
+    for t, combo in SUPPORTED:
+        if t == target:
+            [spec] = yaml.safe_load(spec_text(combo, t))
+            specs.append(spec | {"name": "pair_" + "_".join(sorted(combo))})
+    (out / "specs").mkdir(parents=True, exist_ok=True)
+    (out / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
+    (out / "specs" / "pairs.yaml").write_text(yaml.safe_dump(specs, sort_keys=False), encoding="utf-8")
+    return len(specs)
+
+
+if __name__ == "__main__":  # python tests/test_gemm_traits.py OUT_DIR [sm_90|gfx942]
+    import sys
+
+    where, tgt = Path(sys.argv[1]), Target(sys.argv[2] if len(sys.argv) > 2 else "sm_90")
+    print(f"{write_project(where, tgt)} specs in {where / 'specs' / 'pairs.yaml'}")
