@@ -406,15 +406,14 @@ def first_shapes(first_shape_cache) -> dict[str, BuildResult]:
 
 
 def _no_mma_by_design(rendered, kernel) -> bool:
-    """A kernel of a GEMM module without MMAs by design: split-K's second kernel (split_k > 1, the fixed-order
-    sum of its fp32 partials), or the two staging kernels of gemm_xf32 (tf32/3xtf32: A and B rounded or split
-    into TF32 workspaces before the main kernel) and of staging padded (A and B copied into zero-padded
-    workspaces)."""
-    if getattr(rendered.instance, "split_k", 1) > 1:
-        return kernel.symbol == f"{rendered.uri}_kernel_1"
-    if rendered.instance.template in ("gemm_xf32.py.j2", "gemm_padded.py.j2"):
-        return kernel.symbol in (f"{rendered.uri}_kernel", f"{rendered.uri}_kernel_1")
-    return False
+    """A kernel of a GEMM module without MMAs by design: the two staging kernels first in a module with staged
+    workspaces (tf32/3xtf32: A and B rounded or split into TF32 workspaces before the main kernel; staging
+    padded: A and B copied into zero-padded workspaces), and split-K's last kernel (split_k > 1, the fixed-order
+    sum of its fp32 partials). TileLang names a module's kernels _kernel, _kernel_1, ... in launch order."""
+    inst = rendered.instance
+    symbols = [f"{rendered.uri}_kernel"] + [f"{rendered.uri}_kernel_{i}" for i in range(1, 4)]
+    staged = 2 if getattr(inst, "workspace", "") else 0
+    return kernel.symbol in symbols[:staged] + symbols[staged + 1:staged + 2] * (getattr(inst, "split_k", 1) > 1)
 
 
 @GRID

@@ -28,6 +28,7 @@ from codegen.hardware import Target
 from codegen.instance import build_instances
 from codegen.load import parse_specs
 from codegen.pipeline import Project
+from codegen.render import render
 from codegen.verify import judge
 
 FILES = {f.uri: f for f in Project().rendered()}
@@ -106,14 +107,15 @@ def test_the_tf32_tiles_count_in_lds():
         "memory, over the 232448 B (227 KiB) per workgroup on sm_90 [lds_budget]")]
 
 
-def test_tf32_modes_refuse_edge_kernels_and_unroll():
+def test_tf32_modes_refuse_edge_kernels_and_take_an_unrolled_loop():
     text = edit(edit(SPEC, "[gfx942, sm_90]", "[sm_90]"), "  targets:", "  tail: specialized\n  unroll: 2\n"
                 "  pipeline: {stages: 1}\n  targets:")
     assert [e.split(": ", 1)[1] for e in errors(text)] == [
-        ("tail=specialized: tf32 pads both operands to whole blocks, so there are no edge kernels to specialize: "
-        "use predicated (ragged shapes) or none [precision_schedule]"),
-        ("unroll=2: tf32's K loop is TileLang's pipeline (pipeline.stages), not an explicit unroll: use unroll 1 "
-        "[precision_schedule]")]
+        ("tail=specialized: not with precision tf32 / 3xtf32 (not supported): the TF32 workspaces are whole blocks, "
+         "so there are no edge kernels to specialize: use tail predicated or none [unsupported_combination]")]
+    [inst] = build_instances(parse_specs(edit(text, "  tail: specialized\n", ""), FILE))
+    text = render(inst).text  # the staged main kernel's K loop unrolled, as any other
+    assert "UNROLL = 2" in text and "STAGES" not in text and "for ko in T.serial(T.ceildiv(K, BLOCK_K) // UNROLL):" in text
 
 
 def test_kernel_names_say_the_precision():

@@ -55,7 +55,8 @@ def files(text: str = BASE):
      ("specs/x.yaml:8:21: tiling.block_m=32: structure gemv keeps every row of A in registers: at most 16 rows "
      "[gemv_shape]")),
     ("dtypes: {a: fp16, b: fp16, out: fp16}", "dtypes: {a: fp32, b: fp32, out: fp32}",
-     "specs/x.yaml:3:15: dtypes.a=fp32: structure gemv takes fp16 or bf16 inputs [gemv_shape]"),
+     ("specs/x.yaml:7:14: structure=gemv: not with fp32 inputs (precision ieee) (not supported): gemv's lanes form "
+      "fp16 / bf16 products of 16-byte vectors; fp32 inputs take structure tiled [unsupported_combination]")),
     ("{m: 4, n: 4096, k: 4096}", "{m: 4, n: 4100, k: 4096}",
      ("specs/x.yaml:6:7: shapes[0]: n=4100 is not a multiple of block_n=8: set tail: predicated or specialized "
      "[tail_policy]")),

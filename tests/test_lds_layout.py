@@ -53,8 +53,9 @@ def files(text: str = BASE) -> dict[Target, object]:
      ("specs/x.yaml:9:15: lds_layout=transposed_b: layout tt stores B as N x K, K contiguous already: use natural "
       "[lds_layout_applies]")),
     ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}",
-     ("specs/x.yaml:9:15: lds_layout=transposed_b: fp32 GEMMs stage B as stored (gemm_fp32.py.j2): use natural "
-      "[lds_layout_applies]")),
+     ("specs/x.yaml:9:15: lds_layout=transposed_b: not with fp32 inputs (precision ieee) (not supported): "
+      "transposed_b is built for 16-bit B tiles; fp32 tiles are staged as stored: use natural "
+      "[unsupported_combination]")),
     ("[gfx942, sm_90]", "[sm_90]",
      ("specs/x.yaml:9:15: lds_layout=transposed_b: transposed_b is only for gfx942, gfx950, and no such target "
       "here uses this value [lds_layout_target]")),
@@ -79,8 +80,8 @@ def test_gemv_has_no_b_tile_to_transpose():
     text = edit(edit(edit(BASE, "layout: nn", "layout: nt"), "  tail: none\n", "  structure: gemv\n  tail: none\n"),
                 "{block_m: 128, block_n: 128, block_k: 32, threads: 256}", "{block_m: 16, block_n: 8, block_k: 256, threads: 256}")
     text = edit(text, "{m: 256, n: 256, k: 256}", "{m: 4, n: 256, k: 256}")
-    assert errors(text) == [("specs/x.yaml:9:15: lds_layout=transposed_b: structure gemv stages no B tile in LDS "
-                             "[lds_layout_applies]")]
+    assert errors(text) == [("specs/x.yaml:9:15: lds_layout=transposed_b: not with structure gemv (not supported): "
+                             "gemv stages no B tile in LDS [unsupported_combination]")]
 
 
 def test_an_amd_override_points_into_the_override():
@@ -96,12 +97,11 @@ def test_the_default_renames_nothing_and_sm_90_stages_b_as_stored():
     natural, transposed = files(NATURAL), files(BASE)
     explicit = files(edit(BASE, "lds_layout: transposed_b", "lds_layout: natural"))
     assert {t: f.uri for t, f in explicit.items()} == {t: f.uri for t, f in natural.items()}
-    assert natural[Target.GFX942].instance.template == "gemm.py.j2"
     assert "_ldsbt" not in natural[Target.GFX942].uri and "lds_layout" not in natural[Target.GFX942].text
     # gfx942: another kernel, named so; sm_90 (no transposed_b): the same kernel as without the field
     g = transposed[Target.GFX942]
     assert g.uri.startswith("gemm_fp16_nn_128x128x32_t256_s2_ldsbt_gfx942_")
-    assert g.instance.template == "gemm_transposed_b.py.j2" and g.instance.lds_layout == "transposed_b"
+    assert g.instance.lds_layout == "transposed_b" and "def _stage_b(B, B_s, B_rows, B_cols, k, col0):" in g.text
     assert transposed[Target.SM_90].uri == natural[Target.SM_90].uri
     assert transposed[Target.SM_90].text == natural[Target.SM_90].text
     # an override for gfx942 alone is the same kernel as the top-level field
@@ -114,7 +114,7 @@ def test_committed_nn_seeds_use_it_on_the_amd_targets_only():
     for f in Project(root=REPO_ROOT).rendered():
         inst = f.instance
         if (inst.op != "gemm" or inst.structure != "tiled" or inst.layout != "nn" or inst.precision is not None
-                or inst.split_k > 1):  # split-K has no transposed-B form (rule split_k_combination)
+                or inst.split_k > 1):  # the split-K seeds stage B as stored (their twins are the natural kernels)
             continue
         assert inst.transposed_b == (inst.target != Target.SM_90), f.uri
         assert ("_ldsbt_" in f.uri) == inst.transposed_b

@@ -52,23 +52,21 @@ def files(text: str = BASE):
 
 @pytest.mark.parametrize(("old", "new", "expected"), [
     ("  tail: none\n", "  tail: none\n  structure: gemv\n",
-     ("specs/x.yaml:8:9: grid=persistent: only structure tiled has output tiles to loop over (this is gemv): use grid: "
-     "tiles [persistent_structure]")),
+     ("specs/x.yaml:8:9: grid=persistent: not with structure gemv (not supported): gemv has no output tiles to loop "
+      "over [unsupported_combination]")),
     ("tail: none", "tail: specialized",
-     ("specs/x.yaml:9:9: tail=specialized: grid persistent needs tail: none or predicated (the specialized interior and "
-     "edge kernels each launch their own grid) [persistent_tail]")),
-    ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}",
-     ("specs/x.yaml:8:9: grid=persistent: a persistent grid takes fp16, bf16, fp8_e4m3 inputs, not fp32 (the fp32 "
-     "templates have no tile loop): use grid: tiles [persistent_dtype]")),
+     ("specs/x.yaml:9:9: tail=specialized: not with grid persistent (not supported): the specialized interior and "
+      "edge kernels each launch their own grid: use tail none or predicated [unsupported_combination]")),
     ("  tail: none\n", "  tail: none\n  split_k: 2\n",
-     ("specs/x.yaml:8:9: grid=persistent: not with split_k=2 yet (the split-K template has no tile loop): use grid: "
-     "tiles or split_k: 1 [persistent_combination]")),
+     ("specs/x.yaml:8:9: grid=persistent: not with split_k > 1 (not supported): a persistent workgroup computes "
+      "whole tiles; splitting a tile's K over workgroups (stream-K) is not built: use grid tiles "
+      "[unsupported_combination]")),
     ("  tail: none\n", "  tail: predicated\n  dynamic_m: {min: 1, max: 512}\n",
-     ("specs/x.yaml:8:9: grid=persistent: not with dynamic_m yet (the dynamic-M template has no tile loop): use grid: "
-     "tiles [persistent_combination]")),
-    ("layout: nt", "layout: nn\n  lds_layout: transposed_b",
-     ("specs/x.yaml:9:9: grid=persistent: not with lds_layout transposed_b on gfx942 yet (the transposed-B template "
-     "has no tile loop): use grid: tiles or lds_layout: natural [persistent_combination]")),
+     ("specs/x.yaml:8:9: grid=persistent: not with dynamic_m (not supported): the persistent grid, min(tiles, "
+      "resident), is sized when the kernel is made, from M: use grid tiles [unsupported_combination]")),
+    # the tile loop composes with fp32 products and with B staged N x K
+    ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}", None),
+    ("layout: nt", "layout: nn\n  lds_layout: transposed_b", None),
     ("grid: persistent", "grid: stream_k",
      "specs/x.yaml:8:9: grid='stream_k': Input should be 'tiles' or 'persistent' [enum]"),
     ("tail: none", "tail: predicated", None),
@@ -87,8 +85,9 @@ def test_persistent_rules_point_into_an_override():
     text = edit(edit(BASE, "  grid: persistent\n", "  split_k: 2\n"), "  targets: [gfx942, sm_90]\n",
                 "  targets: [gfx942, sm_90]\n  overrides:\n    sm_90:\n      grid: persistent\n")
     assert errors(text) == [
-        ("specs/x.yaml:13:13: overrides.sm_90.grid=persistent: not with split_k=2 yet (the split-K template has no tile "
-        "loop): use grid: tiles or split_k: 1 [persistent_combination]")]
+        ("specs/x.yaml:13:13: overrides.sm_90.grid=persistent: not with split_k > 1 (not supported): a persistent "
+         "workgroup computes whole tiles; splitting a tile's K over workgroups (stream-K) is not built: use grid tiles "
+         "[unsupported_combination]")]
 
 
 def test_grid_is_a_search_tunable_checked_point_by_point():
@@ -96,7 +95,7 @@ def test_grid_is_a_search_tunable_checked_point_by_point():
     text = edit(BASE, "  grid: persistent\n", "") + "  search:\n    sm_90:\n      grid: [tiles, persistent]\n      split_k: [1, 2]\n"
     (ls,) = parse_specs(text, FILE)
     part = constrain(ls, Target.SM_90, expand(ls.spec, Target.SM_90))
-    assert len(part.points) == 4 and part.rejected_by_rule == {"persistent_combination": 1}
+    assert len(part.points) == 4 and part.rejected_by_rule == {"unsupported_combination": 1}
     assert sorted((f.instance.grid, f.instance.split_k) for f in part.files.values()) == [
         ("persistent", 1), ("tiles", 1), ("tiles", 2)]
 
@@ -111,14 +110,14 @@ def test_grid_tiles_is_the_plain_kernel_and_persistent_is_in_the_name():
         assert f.instance.template == "gemm.py.j2" and '"grid":"tiles"' in f.instance.canonical()
         assert "_pers" not in f.uri
     for f in files():
-        assert "_pers_" in f.uri and f.instance.template == "gemm_persistent.py.j2"
+        assert "_pers_" in f.uri and "for r in T.serial(rounds):" in f.text
         assert f.instance.metadata(f.uri)["grid"] == "persistent"
 
 
-def test_committed_tiles_kernels_keep_their_template():
+def test_committed_tiles_kernels_have_no_tile_loop():
     for f in Project().rendered():
         if f.instance.op == "gemm" and not f.instance.persistent:
-            assert f.instance.template != "gemm_persistent.py.j2" and '"grid":"tiles"' in f.instance.canonical(), f.uri
+            assert "tile_coords" not in f.text and '"grid":"tiles"' in f.instance.canonical(), f.uri
 
 
 # ---- the grid and the tile order ----------------------------------------------------------------

@@ -457,8 +457,8 @@ def test_dynamic_base_spec_is_valid():
     ("{min: 1, max: 8192}", "{min: 1}", "specs/x.yaml:5:14: dynamic_m.max: required field is missing [missing]"),
     ("{min: 1, max: 8192}", "8192", "specs/x.yaml:5:14: dynamic_m=8192: must be a mapping [model_type]"),
     ("tail: predicated", "tail: specialized",
-     ("specs/x.yaml:9:9: tail=specialized: a dynamic M leaves the last row block ragged: use tail: predicated "
-      "(bounds-checked loads and stores) [dynamic_m_tail]")),
+     ("specs/x.yaml:9:9: tail=specialized: not with dynamic_m (not supported): the edge kernels split at "
+      "M // block_m, which a symbolic M does not fix: use tail predicated [unsupported_combination]")),
     # the grid at the range's largest M: 65536 row blocks of 128 are one over sm_90's grid y, not gfx942's
     ("{min: 1, max: 8192}", "{min: 1, max: 8388481}",
      "specs/x.yaml:5:28: dynamic_m.max: grid y = 65536 exceeds sm_90's limit 65535 [grid_limit]"),
@@ -480,10 +480,10 @@ def test_dynamic_m_range_largest_legal_grid():
 
 def test_dynamic_m_with_no_tail_policy_is_refused_beside_the_ragged_shape():
     assert errors(edit(DYNAMIC, "tail: predicated", "tail: none")) == [
+        ("specs/x.yaml:9:9: tail=none: not with dynamic_m (not supported): a dynamic M leaves the last row block "
+         "ragged: loads and stores along M must be bounds-checked (tail predicated) [unsupported_combination]"),
         ("specs/x.yaml:7:7: shapes[0]: m=1000 is not a multiple of block_m=128: set tail: predicated or specialized "
          "[tail_policy]"),
-        ("specs/x.yaml:9:9: tail=none: a dynamic M leaves the last row block ragged: use tail: predicated "
-         "(bounds-checked loads and stores) [dynamic_m_tail]"),
     ]
 
 
@@ -492,18 +492,15 @@ def test_dynamic_m_needs_the_tiled_structure():
                      "{block_m: 16, block_n: 8, block_k: 256, threads: 256}\n  structure: gemv"),
                 "{min: 1, max: 8192}", "{min: 1, max: 16}").replace("m: 1000", "m: 16")
     assert errors(gemv) == [
-        ("specs/x.yaml:9:14: structure=gemv: dynamic_m needs structure tiled (gemv serves at most block_m <= 16 rows, "
-         "known when it is compiled) [dynamic_m_structure]")]
+        ("specs/x.yaml:5:14: dynamic_m: not with structure gemv (not supported): gemv keeps every row of A in "
+         "registers: at most block_m <= 16 rows, known when it is compiled [unsupported_combination]")]
 
 
-def test_dynamic_m_is_not_for_fp32_inputs():
+def test_dynamic_m_composes_with_fp32_inputs_and_a_transposed_b_layout():
     fp32 = edit(edit(DYNAMIC, "{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}"),
                 "block_k: 64", "block_k: 32").replace("[gfx942, sm_90]", "[gfx942]")
-    assert errors(fp32) == [
-        ("specs/x.yaml:5:14: dynamic_m: not for fp32 inputs yet: their template (precision modes) has no dynamic-M "
-         "entry point [dynamic_m_dtype]")]
-
-
-def test_dynamic_m_is_not_with_a_transposed_b_layout():
+    [inst] = build_instances(parse_specs(fp32, FILE))
+    assert inst.dynamic_m == (1, 8192) and inst.precision == "ieee" and inst.compile_shapes() == [("m", 4096, 4096)]
     nn = edit(edit(DYNAMIC, "layout: nt", "layout: nn"), "  tail: predicated", "  tail: predicated\n  lds_layout: transposed_b")
-    assert [e.rsplit(" [", 1)[1] for e in errors(nn)] == ["dynamic_m_layout]"]  # gfx942 only: sm_90 stays natural
+    by_target = {i.target.value: i for i in build_instances(parse_specs(nn, FILE))}
+    assert by_target["gfx942"].transposed_b and not by_target["sm_90"].transposed_b  # sm_90 stays natural

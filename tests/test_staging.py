@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 from numcheck import check_output
-from spectext import FILE, REPO_ROOT, edit, errors
+from spectext import FILE, REPO_ROOT, check_rule_case, edit, errors
 
 from codegen.build import BuildOptions, build_files
 from codegen.families import family
@@ -59,39 +59,50 @@ def files(text: str = BASE):
      ("specs/x.yaml:6:7: shapes[0]: every leading dimension is a multiple of 8 elements (16 bytes) (A's k=104, B's "
       "k=104), so the tiles load 16 bytes at a time unstaged and staging: padded would only add copies: use "
       "staging: none [staging_applies]")),
+    # fp32 inputs are staged too: 16 bytes are 4 of them, so k=100 is aligned for fp32
     ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}",
-     ("specs/x.yaml:9:12: staging=padded: staging takes fp16, bf16, fp8_e4m3 inputs, not fp32 (the fp32 templates "
-      "read the caller's tensors; tf32 and 3xtf32 stage into padded workspaces already): use staging: none "
-      "[staging_dtype]")),
-    ("  staging: padded\n", "  staging: padded\n  split_k: 2\n",
-     ("specs/x.yaml:9:12: staging=padded: not with split_k=2 yet (the split-K template reads the caller's tensors): "
-      "use staging: none or split_k 1 [staging_combination]")),
-    ("  staging: padded\n", "  staging: padded\n  dynamic_m: {min: 1, max: 512}\n",
-     ("specs/x.yaml:9:12: staging=padded: not with dynamic_m yet (the workspaces are sized for one M): use staging: "
-      "none [staging_combination]")),
+     ("specs/x.yaml:6:7: shapes[0]: every leading dimension is a multiple of 4 elements (16 bytes) (A's k=100, B's "
+      "k=100), so the tiles load 16 bytes at a time unstaged and staging: padded would only add copies: use "
+      "staging: none [staging_applies]")),
+    ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}\n  precision: tf32",
+     ("specs/x.yaml:10:12: staging=padded: not with precision tf32 / 3xtf32 (not supported): tf32 / 3xtf32 stage A "
+      "and B into zero-padded workspaces already: use staging none [unsupported_combination]")),
     ("tail: predicated", "tail: specialized",
-     ("specs/x.yaml:10:9: tail=specialized: staging: padded pads A and B to whole blocks, so there are no edge "
-      "kernels to specialize: use tail: predicated (only the store of C is bounds-checked) [staging_tail]")),
-    ("stages: 2}", "stages: 1}\n  unroll: 2",
-     ("specs/x.yaml:9:11: unroll=2: staging: padded's K loop is the pipeline of pipeline.stages, not an explicit "
-      "unroll: use unroll 1 [staging_schedule]")),
+     ("specs/x.yaml:10:9: tail=specialized: not with staging padded (not supported): the padded operands are whole "
+      "blocks, so there are no edge kernels to specialize: use tail predicated [unsupported_combination]")),
+    ("tail: predicated", "tail: none",
+     ("specs/x.yaml:10:9: tail=none: not with staging padded (not supported): with tail none every dimension is "
+      "whole blocks, so every leading dimension is 16-byte aligned and there is nothing to pad "
+      "[unsupported_combination]")),
+    # the padded staging composes with a K split, a dynamic M and an unrolled K loop (whole unrolled steps of k)
+    ("  staging: padded\n", "  staging: padded\n  split_k: 2\n", None),
+    ("  staging: padded\n", "  staging: padded\n  dynamic_m: {min: 1, max: 512}\n", None),
+    ("k: 100}\n  tiling: {block_m: 64, block_n: 64, block_k: 32, threads: 128}\n  pipeline: {stages: 2}",
+     "k: 132}\n  tiling: {block_m: 64, block_n: 64, block_k: 32, threads: 128}\n  pipeline: {stages: 1}\n  unroll: 2",
+     ("specs/x.yaml:9:11: unroll=2: shapes[0].k=132 is not a multiple of block_k*unroll=64 [unroll_divides]")),
+    ("k: 100}\n  tiling: {block_m: 64, block_n: 64, block_k: 32, threads: 128}\n  pipeline: {stages: 2}",
+     "k: 192}\n  tiling: {block_m: 64, block_n: 64, block_k: 32, threads: 128}\n  pipeline: {stages: 1}\n  unroll: 2",
+     ("specs/x.yaml:6:7: shapes[0]: every leading dimension is a multiple of 8 elements (16 bytes) (A's k=192, B's "
+      "k=192), so the tiles load 16 bytes at a time unstaged and staging: padded would only add copies: use "
+      "staging: none [staging_applies]")),
     ("  staging: padded\n", "  staging: pad\n",
      "specs/x.yaml:9:12: staging='pad': Input should be 'none' or 'padded' [enum]"),
 ])
 def test_staging_rules(old, new, expected):
-    found = errors(edit(BASE, old, new))
-    assert expected in found, found
+    check_rule_case(edit(BASE, old, new), expected)
 
 
-def test_staging_is_refused_beside_a_persistent_grid_and_the_tma_copy_options():
-    """Each pair is refused once, by one rule: the padded template has no tile loop (staging_combination) and no
-    TMA copy options (their *_combination rules, on sm_90 where they exist)."""
-    assert errors(edit(BASE, "  staging: padded\n", "  staging: padded\n  grid: persistent\n")) == [
-        ("specs/x.yaml:9:12: staging=padded: not with grid persistent yet (the padded template has no tile loop): "
-         "use staging: none or grid: tiles [staging_combination]")]
-    found = errors(edit(BASE, "  staging: padded\n", "  staging: padded\n  epilogue: shared\n"))
-    assert found == [("specs/x.yaml:10:13: epilogue=shared: not with staging padded yet (the padded template has no "
-                      "such copy): leave epilogue at direct [epilogue_combination]")], found
+def test_staging_composes_with_a_persistent_grid_the_tma_copy_options_and_transposed_b():
+    """The padded staging is a part of the one template: its kernels write the workspaces, and the main kernel
+    is whatever the other traits make it (here a persistent tile loop, a shared epilogue, B staged N x K)."""
+    pers = files(edit(BASE, "  staging: padded\n", "  staging: padded\n  grid: persistent\n"))
+    for f in pers.values():
+        assert "_pad_pers_" in f.uri and "T.copy(A_PAD[" in f.text and "tile_coords(t, tiles_m, tiles_n)" in f.text
+    shared = files(edit(BASE, "  staging: padded\n", "  staging: padded\n  epilogue: shared\n"))[Target.SM_90]
+    assert "T.copy(C_shared, C[row0, col0])" in shared.text and "_stage(B, B_PAD" in shared.text
+    nn = files(edit(edit(BASE, "layout: nt", "layout: nn"), "  staging: padded\n",
+                    "  staging: padded\n  lds_layout: transposed_b\n"))[Target.GFX942]
+    assert "_stage_b(B_PAD, B_shared, B_rows, B_cols, k, col0)" in nn.text
 
 
 def test_gemv_has_no_tiles_to_stage():
@@ -99,16 +110,8 @@ def test_gemv_has_no_tiles_to_stage():
                      "{block_m: 16, block_n: 8, block_k: 256, threads: 256}"), "  staging: padded\n",
                 "  staging: padded\n  structure: gemv\n")
     found = errors(edit(text, "{m: 200, n: 136, k: 100}", "{m: 8, n: 136, k: 104}"))
-    assert found == [("specs/x.yaml:9:12: staging=padded: only structure tiled stages its operands (this is gemv, "
-                      "which loads B straight into registers): use staging: none [staging_structure]")]
-
-
-def test_transposed_b_is_refused_on_the_amd_targets_only():
-    text = edit(edit(BASE, "layout: nt", "layout: nn"), "  staging: padded\n",
-                "  staging: padded\n  lds_layout: transposed_b\n")
-    assert errors(text) == [("specs/x.yaml:9:12: staging=padded: not with lds_layout transposed_b on gfx942 yet (the "
-                             "transposed-B template reads the caller's B): use staging: none or lds_layout: natural "
-                             "[staging_combination]")]
+    assert found == [("specs/x.yaml:9:12: staging=padded: not with structure gemv (not supported): gemv loads B "
+                      "straight into registers: there are no tiles to stage [unsupported_combination]")]
 
 
 def test_staging_applies_at_each_shape_and_names_the_override():
@@ -141,15 +144,15 @@ def test_staging_none_is_the_plain_kernel_and_padded_is_in_the_name():
         assert explicit[t].uri == f.uri and explicit[t].text == f.text and f.instance.template == "gemm.py.j2"
         assert '"staging":"none"' in f.instance.canonical() and "A_PAD" not in f.text
     for t, f in files().items():
-        assert f.instance.template == "gemm_padded.py.j2" and "_s2_pad_predicated_" in f.uri
+        assert f.instance.padded and "A_PAD: T.Tensor(" in f.text and "_s2_pad_predicated_" in f.uri
         assert f.uri.replace("_pad_", "_") != plain[t].uri  # another hash too
         assert f.instance.metadata(f.uri)["staging"] == "padded"
 
 
-def test_committed_seeds_without_staging_keep_their_template():
+def test_committed_seeds_without_staging_have_no_staging_code():
     for f in Project().rendered():
         if f.instance.op == "gemm" and not f.instance.padded:
-            assert f.instance.template != "gemm_padded.py.j2" and '"staging":"none"' in f.instance.canonical(), f.uri
+            assert "A_PAD" not in f.text and '"staging":"none"' in f.instance.canonical(), f.uri
 
 
 @pytest.mark.parametrize(("layout", "a_pad", "b_pad", "a_ws", "b_ws"), [
@@ -166,7 +169,7 @@ def test_rendered_module_stages_both_operands_in_their_layout(layout, a_pad, b_p
         assert f"A_PAD: T.Tensor({a_pad}, A_DTYPE)," in src and f"B_PAD: T.Tensor({b_pad}, B_DTYPE)," in src
         assert src.count("with T.Kernel(") == 3 and src.count("_stage(") == 3  # the macro and its two calls
         assert "T.copy(A_PAD[" in src and "T.copy(B_PAD[" in src and "T.copy(A[" not in src.split("_stage(B")[1]
-        assert inst.workspace_shapes((201, 137, 101)) == (a_ws, b_ws) and inst.workspace_dtype() == "fp16"
+        assert inst.workspace_shapes((201, 137, 101)) == (a_ws, b_ws) and inst.workspace_dtypes() == ("fp16", "fp16")
         kt = -(-101 // 32)
         assert inst.launch_grids((201, 137, 101)) == ((kt, 4, 1), (kt, 3, 1), (3, 4, 1))
 
@@ -328,5 +331,5 @@ def test_committed_reports_show_16_byte_loads_in_every_padded_main_loop():
 
 def test_docs_name_the_tunable_and_its_rules():
     docs = (REPO_ROOT / "docs" / "gemm.md").read_text() + (REPO_ROOT / "docs" / "verification.md").read_text()
-    for word in ("`staging`", "`staging_applies`", "`staging_combination`", "`staging_tail`", "`dropped_k_column`"):
+    for word in ("`staging`", "`staging_applies`", "`unsupported_combination`", "`dropped_k_column`"):
         assert word in docs

@@ -16,7 +16,7 @@ from numcheck import check_output
 from spectext import FILE, REPO_ROOT, check_rule_case, edit, errors
 
 from codegen.build import BuildOptions, build_files
-from codegen.families.gemm.instance import EPILOGUE_BOX_BYTES, TMA_TEMPLATE
+from codegen.families.gemm.instance import EPILOGUE_BOX_BYTES
 from codegen.families.gemm.spec import GEMM_TUNABLES
 from codegen.hardware import Target
 from codegen.instance import build_instances
@@ -66,23 +66,17 @@ def sm90(text: str = BASE):
      ("specs/x.yaml:9:13: epilogue=shared: epilogue shared is C through shared memory to TMA stores, only for sm_90, "
       "and no such target here uses this value [epilogue_target]")),
     ("  tail: none\n", "  tail: none\n  split_k: 2\n",
-     ("specs/x.yaml:9:13: epilogue=shared: not with split_k=2 yet (the split-K template has no such copy): leave "
-      "epilogue at direct [epilogue_combination]")),
-    ("  tail: none\n", "  tail: none\n  split_k: 2\n",
-     ("specs/x.yaml:8:15: b_eviction=first: not with split_k=2 yet (the split-K template has no such copy): leave "
-      "b_eviction at normal [b_eviction_combination]")),
-    ("  tail: none\n", "  tail: none\n  grid: persistent\n",
-     ("specs/x.yaml:9:13: epilogue=shared: not with grid persistent yet (the persistent template has no such copy): "
-      "leave epilogue at direct [epilogue_combination]")),
-    ("  tail: none\n", "  tail: predicated\n  dynamic_m: {min: 1, max: 512}\n",
-     ("specs/x.yaml:8:15: b_eviction=first: not with dynamic_m yet (the dynamic-M template has no such copy): leave "
-      "b_eviction at normal [b_eviction_combination]")),
-    ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}",
-     ("specs/x.yaml:9:13: epilogue=shared: not with fp32 inputs (their templates, gemm_fp32 and gemm_xf32, have no "
-      "such copy): leave epilogue at direct [epilogue_combination]")),
+     ("specs/x.yaml:9:13: epilogue=shared: not with split_k > 1 (not supported): split-K stores fp32 partials to its "
+      "workspace, and the shared C tile holds the output dtype: use epilogue direct [unsupported_combination]")),
+    # the copy hint and the shared epilogue compose with the other traits (tests/test_gemm_traits.py lowers each pair)
+    ("  epilogue: shared\n  tail: none\n", "  tail: none\n  split_k: 2\n", None),
+    ("  tail: none\n", "  tail: none\n  grid: persistent\n", None),
+    ("  tail: none\n", "  tail: predicated\n  dynamic_m: {min: 1, max: 512}\n", None),
+    ("{a: fp16, b: fp16, out: fp16}", ("{a: fp32, b: fp32, out: fp32}\n  overrides: {gfx942: {tiling: {block_m: 64, "
+                                       "block_n: 64, block_k: 32, threads: 256}}}"), None),
     ("  tail: none\n", "  tail: none\n  structure: gemv\n",
-     ("specs/x.yaml:8:15: b_eviction=first: not with structure gemv (no tiles through shared memory): leave "
-      "b_eviction at normal [b_eviction_combination]")),
+     ("specs/x.yaml:8:15: b_eviction=first: not with structure gemv (not supported): gemv has no tiles through shared "
+      "memory [unsupported_combination]")),
     ("{m: 256, n: 256, k: 256}", "{m: 256, n: 256, k: 4100}",
      ("specs/x.yaml:6:7: shapes[0]: B's rows are k=4100 fp16 elements (8200 B), not a multiple of 16 B: TileLang "
       "loads B without TMA there, and b_eviction first would not reach the code [b_eviction_tma]")),
@@ -143,19 +137,21 @@ def test_the_defaults_are_the_plain_kernel_and_the_options_are_in_the_name():
     # gfx942 has no TMA: the top-level options are sm_90's, and the gfx942 kernel is the plain one
     assert by_target[Target.GFX942].uri == next(f.uri for f in plain if f.instance.target == Target.GFX942)
     tma = by_target[Target.SM_90]
-    assert tma.instance.template == TMA_TEMPLATE and "_evf_epis_sm90_" in tma.uri
+    assert tma.instance.tma_options and "_evf_epis_sm90_" in tma.uri
     assert tma.instance.metadata(tma.uri)["b_eviction"] == "first" and tma.instance.metadata(tma.uri)["epilogue"] == "shared"
     assert "_evl_sm90_" in sm90(edit(edit(BASE, "first", "last"), "  epilogue: shared\n", "")).uri
     only_epilogue = sm90(edit(BASE, "  b_eviction: first\n", "")).uri
     assert "_epis_sm90_" in only_epilogue and "_ev" not in only_epilogue
 
 
-def test_committed_kernels_without_the_options_keep_their_template():
+def test_committed_kernels_without_the_options_have_no_copy_option_code():
     for f in Project().rendered():
-        if f.instance.op == "gemm" and f.instance.template != TMA_TEMPLATE:
+        if f.instance.op == "gemm" and not getattr(f.instance, "tma_options", False):
             canonical = f.instance.canonical()
             assert '"b_eviction":"normal"' in canonical and '"epilogue":"direct"' in canonical, f.uri
-    assert SEED_FILE.instance.template == TMA_TEMPLATE and SEED_FILE.instance.target == Target.SM_90
+            assert "B_EVICTION" not in f.text and "C_shared" not in f.text, f.uri
+    assert SEED_FILE.instance.tma_options and SEED_FILE.instance.target == Target.SM_90
+    assert 'B_EVICTION = "evict_first"' in SEED_FILE.text and "C_shared = T.alloc_shared" in SEED_FILE.text
 
 
 def test_the_options_are_search_tunables_checked_point_by_point():
@@ -165,10 +161,10 @@ def test_the_options_are_search_tunables_checked_point_by_point():
               "      split_k: [1, 2]\n")
     (ls,) = parse_specs(text, FILE)
     part = constrain(ls, Target.SM_90, expand(ls.spec, Target.SM_90))
-    assert len(part.points) == 8 and part.rejected_by_rule == {"b_eviction_combination": 2, "epilogue_combination": 2}
+    assert len(part.points) == 8 and part.rejected_by_rule == {"unsupported_combination": 2}  # shared x split_k
     assert sorted((f.instance.b_eviction, f.instance.epilogue, f.instance.split_k) for f in part.files.values()) == [
-        ("first", "direct", 1), ("first", "shared", 1), ("normal", "direct", 1), ("normal", "direct", 2),
-        ("normal", "shared", 1)]
+        ("first", "direct", 1), ("first", "direct", 2), ("first", "shared", 1), ("normal", "direct", 1),
+        ("normal", "direct", 2), ("normal", "shared", 1)]
 
 
 # ---- the lowered CUDA: the hint and the TMA store ---------------------------------------------------

@@ -207,8 +207,8 @@ class GemmAdapter(Adapter):
         return self._want(args.layout, a_name, a_name, out_name, args.precision if fp32 else ""), (m, n, ka)
 
     def workspaces(self, inst, run_shape: tuple) -> tuple:
-        dtype = torch_dtype(inst.workspace_dtype(), inst.target)
-        return tuple((tuple(s), dtype) for s in inst.workspace_shapes(run_shape))
+        return tuple((tuple(s), torch_dtype(d, inst.target))
+                     for s, d in zip(inst.workspace_shapes(run_shape), inst.workspace_dtypes(), strict=True))
 
     def run(self, kernel, prep: Prepared, args: GemmArgs, shape, run_shape):
         from codegen.families.gemm.numerics import GemmCase

@@ -32,22 +32,11 @@ _POLICY = {
 
 VECTOR_LOAD_BYTES = 16  # TileLang's coalesced tile copies: one 16-byte load per lane
 
-FP32_TEMPLATE = "gemm_fp32.py.j2"  # fp32-input GEMMs (CUDA-core FMA or the target's fp32 MMA)
-XF32_TEMPLATE = "gemm_xf32.py.j2"  # fp32 inputs on the tensor cores (tf32, 3xtf32): staged K-major, then wgmma
-# lds_layout transposed_b: B's tile staged transposed in LDS
-TRANSPOSED_B_TEMPLATE = "gemm_transposed_b.py.j2"
-# dynamic_m: gemm.py.j2 plus a dynamic-M entry point
-DYNAMIC_M_TEMPLATE = "gemm_dynamic_m.py.j2"
-# grid persistent: a tile loop in a grid of min(tiles, resident) workgroups
-PERSISTENT_TEMPLATE = "gemm_persistent.py.j2"
-# b_eviction / epilogue (sm_90's TMA copy options): the tiles kernel of gemm.py.j2 with a hint on B's copies and
-# C staged through shared memory
-TMA_TEMPLATE = "gemm_tma.py.j2"
 # epilogue shared: TileLang 0.1.15 stores the shared C tile (128-byte swizzled) as TMA boxes of 128 bytes of a row
 # by every row of the tile -- ceil(block_n / box) tma_store calls a tile (lowered source; tests/test_tma_copies.py)
 EPILOGUE_BOX_BYTES = 128
-# staging padded: A and B copied into zero-padded workspaces of whole blocks, then the main kernel
-PADDED_TEMPLATE = "gemm_padded.py.j2"
+GEMV_PARTIAL = "_gemv.py.j2"  # gemm.py.j2's structure partial for structure gemv
+TILED_PARTIAL = "_tiled.py.j2"  # ... and for structure tiled (composing _staging, _mainloop, _scheduler, _epilogue)
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
 
 
@@ -59,8 +48,7 @@ class GemmInstance(InstanceBase):
     name: str
     target: Target
     op: str = "gemm"
-    # gemv.py.j2 for structure gemv; XF32_TEMPLATE, FP32_TEMPLATE, SPLIT_K_TEMPLATE, TRANSPOSED_B_TEMPLATE,
-    # PADDED_TEMPLATE, DYNAMIC_M_TEMPLATE, PERSISTENT_TEMPLATE or TMA_TEMPLATE for the options they serve (make_instance)
+    # every GEMM renders the one template; its partials are chosen by the fields below (template_vars)
     template: str = "gemm.py.j2"
     # provenance (not part of the configuration hash)
     spec_file: str = field(compare=False)
@@ -75,7 +63,7 @@ class GemmInstance(InstanceBase):
     trans_a: bool
     trans_b: bool
     # tiling and schedule
-    structure: str  # Structure: tiled (gemm.py.j2) | gemv (gemv.py.j2)
+    structure: str  # Structure: tiled (gemm.py.j2's _tiled.py.j2) | gemv (its _gemv.py.j2)
     vector: int  # elements of one global load of the gemv structure's lanes (0: tiled, TileLang's copies)
     # tiled: workgroups each output tile's K range is split over (1: no split); with a split, the block of C
     # each workgroup of the second kernel (the fixed-order sum of the fp32 partials) serves (0 without one)
@@ -112,7 +100,7 @@ class GemmInstance(InstanceBase):
     def transposed_b(self) -> bool:
         return self.lds_layout == LdsLayout.TRANSPOSED_B.value
 
-    # Staging: none (tiles read from the caller's A and B) | padded (PADDED_TEMPLATE: A and B first copied into
+    # Staging: none (tiles read from the caller's A and B) | padded (_staging.py.j2: A and B first copied into
     # zero-padded workspaces of whole blocks)
     staging: str = Staging.NONE.value
 
@@ -122,12 +110,12 @@ class GemmInstance(InstanceBase):
 
     # (min, max): M is symbolic (T.dynamic) and one compiled kernel serves every M in it; None: M fixed per compile
     dynamic_m: tuple[int, int] | None = None
-    # GridPolicy: "tiles" (a workgroup per output tile) | "persistent" (PERSISTENT_TEMPLATE); with persistent, the
+    # GridPolicy: "tiles" (a workgroup per output tile) | "persistent" (_scheduler.py.j2's tile loop); with persistent, the
     # workgroups the target holds at once (compute_units x TargetSpec.resident_workgroups), the most it launches
     grid: str = GridPolicy.TILES.value
     resident_workgroups: int = 0
 
-    # sm_90's TMA copy options (TMA_TEMPLATE): Eviction, the L2 priority of B's tile loads ("normal": no hint);
+    # sm_90's TMA copy options: Eviction, the L2 priority of B's tile loads ("normal": no hint);
     # Epilogue, "direct" (fragment -> global) or "shared" (fragment -> a shared C tile -> TMA stores)
     b_eviction: str = Eviction.NORMAL.value
     epilogue: str = Epilogue.DIRECT.value
@@ -193,113 +181,211 @@ class GemmInstance(InstanceBase):
         return "_".join(parts) + tail_tag(self.tail)
 
     # ---- template inputs ------------------------------------------------------------------
+    @property
+    def workspace(self) -> str:
+        """What the staging kernels write before the main one: "" (none: tiles read from the caller's A and B),
+        "padded" (staging padded: zero-padded copies of A and B) or "tf32" (precision tf32 / 3xtf32: TF32
+        values, K-major)."""
+        if self.precision in (Precision.TF32.value, Precision.X3TF32.value):
+            return "tf32"
+        return "padded" if self.padded else ""
+
+    @property
+    def split(self) -> bool:
+        return self.split_k > 1
+
+    @property
+    def schedule_kind(self) -> str:
+        """_scheduler.py.j2's form: "persistent" (a loop over the tiles), "tiles" (a grid calling _block_tile:
+        the tail policies' interior and edge kernels) or "tile" (the grid with the K loop inline: a K split,
+        staged workspaces)."""
+        if self.persistent:
+            return "persistent"
+        return "tile" if self.split or self.workspace else "tiles"
+
+    @property
+    def tma_options(self) -> bool:
+        """Whether sm_90's TMA copy options are asked (b_eviction other than normal, or epilogue shared)."""
+        return self.b_eviction != Eviction.NORMAL.value or self.shared_epilogue
+
     def template_vars(self) -> dict[str, object]:
+        """Every literal the partials of gemm.py.j2 place (templates/gemm/: _gemv, or _tiled composing _staging,
+        _mainloop, _scheduler and _epilogue): each chosen or computed here, none in the templates."""
+        tail = self.tail.value
+        frame = {"target_literal": repr(dict(self.tilelang_target)),
+                 "product_expr": f"{'A^T' if self.trans_a else 'A'} @ {'B^T' if self.trans_b else 'B'}",
+                 "a_shape": "(K, M)" if self.trans_a else "(M, K)", "b_shape": "(N, K)" if self.trans_b else "(K, N)",
+                 "predicated": self.tail != TailPolicy.NONE}
         if self.structure == Structure.GEMV.value:
-            return {"lanes_k": self.block_k // self.vector, "predicated": self.tail != TailPolicy.NONE,
-                    "target_literal": repr(dict(self.tilelang_target))}
-        if self.template == XF32_TEMPLATE:
-            names = self.xf32_workspaces()
-            x3 = "A_lo" in names
-            return {"a_shape": "(K, M)" if self.trans_a else "(M, K)", "b_shape": "(N, K)" if self.trans_b else "(K, N)",
-                    "target_literal": repr(dict(self.tilelang_target)), "policy": _POLICY[WarpPolicy(self.policy)],
-                    "workspaces": [{"name": w, "rows": "M, BLOCK_M" if w[0] == "A" else "N, BLOCK_N"} for w in names],
-                    "workspace_names": ", ".join(names), "lo_param": ", X_lo" if x3 else "",
-                    "a_lo_arg": ", A_lo" if x3 else "", "b_lo_arg": ", B_lo" if x3 else ""}
-        a_shape = "(K, M)" if self.trans_a else "(M, K)"
-        b_shape = "(N, K)" if self.trans_b else "(K, N)"
+            return frame | {"structure_partial": GEMV_PARTIAL, "title_note": ", small M", "kernel_args": [],
+                            "kernel_doc": f"The prim_func for one problem size (tail policy: {tail}).",
+                            "lanes_k": self.block_k // self.vector}
+        return frame | self._staging_vars() | self._mainloop_vars() | self._scheduler_vars() | {
+            "structure_partial": TILED_PARTIAL,
+            "title_note": "".join(note for note, on in (
+                (", operands staged padded", self.padded), (", persistent grid", self.persistent),
+                (f", K split over {self.split_k} workgroups", self.split), (", TMA copy options", self.tma_options))
+                if on),
+            "kernel_doc": ("The prim_func for one problem size (every tail policy: the padded staging makes every "
+                           "block whole)." if self.workspace == "tf32" else
+                           f"The prim_func for one problem size (tail policy {tail}: only the store of C is "
+                           "bounds-checked)." if self.padded else f"The prim_func for one problem size (tail policy: {tail})."),
+            "kernel_args": self._workspace_args() + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split,
+            "shared_epilogue": self.shared_epilogue, "tma_options": self.tma_options,
+            # the module's kernels, as its docstring counts them: staging (2), main, split-K's sum
+            "kernel_count": {3: "three", 4: "four"}.get(2 * bool(self.workspace) + 1 + self.split, "these"),
+            "split_kernels": (1 + 2 * bool(self.workspace), 2 + 2 * bool(self.workspace)),
+        }
+
+    def _rows(self) -> tuple[str, str]:
+        """The first row and column of the output tile, as the tile's code names them."""
+        if self.workspace == "tf32" and self.schedule_kind == "tile":
+            return "by * BLOCK_M", "bx * BLOCK_N"
+        return "row0", "col0"
+
+    def _staging_vars(self) -> dict[str, object]:
+        """_staging.py.j2: the tiles' buffers and sources, the copies of one K step, the staging kernels."""
+        row0, col0 = self._rows()
+        k0 = "(k_first + kk) * BLOCK_K" if self.split else "k * BLOCK_K"
+        # the operands' tiles as stored (the padded staging copies these); transposed_b: B's LDS tile is N x K
         a_tile = "(BLOCK_K, BLOCK_M)" if self.trans_a else "(BLOCK_M, BLOCK_K)"
-        # transposed_b: B is stored K x N but its LDS tile is N x K, as an nt kernel's
-        b_tile = "(BLOCK_N, BLOCK_K)" if self.trans_b or self.transposed_b else "(BLOCK_K, BLOCK_N)"
-        # the K tile's first element: tile k of the whole range; with a split, tile kk of this split's run
-        k0 = "(k_first + kk) * BLOCK_K" if self.split_k > 1 else "k * BLOCK_K"
-        a_origin = f"{k0}, row0" if self.trans_a else f"row0, {k0}"
-        b_origin = f"col0, {k0}" if self.trans_b else f"{k0}, col0"
-        extent = "split_tiles" if self.split_k > 1 else "T.ceildiv(K, BLOCK_K)" if self.padded else "k_tiles"
-        loop = pipelined_loop(extent, self.stages, self.pipeline_order, self.pipeline_stage)
-        gemm_args = [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}",
-                     f"policy={_POLICY[WarpPolicy(self.policy)]}"]
-        # one element of each staged tile for the CUDA-core product (fp32_product "fma"): A_s[i, kk] / B_s[kk, j]
-        a_elem = "A_s[kk, i]" if self.trans_a else "A_s[i, kk]"
-        b_elem = "B_s[j, kk]" if self.trans_b else "B_s[kk, j]"
+        b_stored = "(BLOCK_N, BLOCK_K)" if self.trans_b else "(BLOCK_K, BLOCK_N)"
+        v: dict[str, object] = {
+            "transposed_b": self.transposed_b, "workspace": self.workspace, "x3": self.precision == Precision.X3TF32.value,
+            "a_buf": "A_shared", "b_buf": "B_shared", "tile_dtype": ("A_DTYPE", "B_DTYPE"),
+            "a_tile": a_tile, "b_tile": "(BLOCK_N, BLOCK_K)" if self.transposed_b else b_stored,
+            "a_src": "A_PAD" if self.padded else "A", "b_src": "B_PAD" if self.padded else "B",
+            "a_origin": f"{k0}, {row0}" if self.trans_a else f"{row0}, {k0}",
+            "b_origin": f"{col0}, {k0}" if self.trans_b else f"{k0}, {col0}",
+            "k_tile": "k_first + kk" if self.split else "k",  # the K tile of one step (transposed_b's _stage_b)
+            # T.copy's eviction_policy on every copy of B ('' for no hint)
+            "b_hint": ", eviction_policy=B_EVICTION" if self.b_eviction != Eviction.NORMAL.value else "",
+            "stage_launches": [],
+        }
+        if self.transposed_b:  # elements of one 16-byte load of a row of B, and the rows (K) each thread loads
+            b_vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[1])]
+            v |= {"b_vec": b_vec, "b_rows": transposed_b_rows(self.block_k, self.block_n, self.threads, b_vec)}
+        if self.padded:  # the workspaces' shapes (storage layout, whole blocks) and each staging tile's origin
+            v["a_pad_shape"], v["b_pad_shape"] = self._pad_shapes()
+            # staging grids: (K tile bx, row block by) of the operand
+            a_at = "bx * BLOCK_K, by * BLOCK_M" if self.trans_a else "by * BLOCK_M, bx * BLOCK_K"
+            b_at = "by * BLOCK_N, bx * BLOCK_K" if self.trans_b else "bx * BLOCK_K, by * BLOCK_N"
+            v["stage_launches"] = [{"rows": "M, BLOCK_M", "args": f"A, A_PAD, {a_at}, {a_tile}, A_DTYPE"},
+                                   {"rows": "N, BLOCK_N", "args": f"B, B_PAD, {b_at}, {b_stored}, B_DTYPE"}]
+        if self.workspace == "tf32":  # K-major TF32 workspaces: A_hi (M x K), B_hi (N x K), and the residuals
+            names = self.xf32_workspaces()
+            lo = "A_lo" in names
+            v |= {"a_buf": "A_s", "b_buf": "B_s", "tile_dtype": ("TF32", "TF32"), "a_src": "A_hi", "b_src": "B_hi",
+                  "a_tile": "(BLOCK_M, BLOCK_K)", "b_tile": "(BLOCK_N, BLOCK_K)",
+                  "a_origin": f"{row0}, {k0}", "b_origin": f"{col0}, {k0}",
+                  "workspace_names": ", ".join(names), "lo_param": ", X_lo" if lo else "",
+                  "stage_launches": [
+                      {"rows": "M, BLOCK_M", "args": f"A, A_hi{', A_lo' * lo}, by * BLOCK_M, bx * BLOCK_K, BLOCK_M, "
+                                                     f"{self.trans_a}"},
+                      {"rows": "N, BLOCK_N", "args": f"B, B_hi{', B_lo' * lo}, by * BLOCK_N, bx * BLOCK_K, BLOCK_N, "
+                                                     f"{not self.trans_b}"}]}
+        return v
+
+    def _pad_shapes(self) -> tuple[str, str]:
+        """staging padded's workspaces A_PAD and B_PAD: the operands' storage layouts, padded to whole blocks."""
+        m_pad, n_pad, k_pad = "_whole(M, BLOCK_M)", "_whole(N, BLOCK_N)", "_whole(K, BLOCK_K)"
+        return (f"({k_pad}, {m_pad})" if self.trans_a else f"({m_pad}, {k_pad})",
+                f"({n_pad}, {k_pad})" if self.trans_b else f"({k_pad}, {n_pad})")
+
+    def _workspace_args(self) -> list[str]:
+        """The prim_func's arguments between B and C that the staging kernels write."""
+        if self.padded:
+            a_pad, b_pad = self._pad_shapes()
+            return [f"A_PAD: T.Tensor({a_pad}, A_DTYPE)", f"B_PAD: T.Tensor({b_pad}, B_DTYPE)"]
+        return [f"{w}: T.Tensor((_whole({'M, BLOCK_M' if w[0] == 'A' else 'N, BLOCK_N'}), _whole(K, BLOCK_K)), TF32)"
+                for w in self.xf32_workspaces()]
+
+    def _mainloop_vars(self) -> dict[str, object]:
+        """_mainloop.py.j2: the K loop's variable, trip count and pipeline, and the products of a step."""
+        schedule = self.schedule_kind
+        extent = ("split_tiles" if self.split else "T.ceildiv(K, BLOCK_K)" if schedule == "tile" else "k_tiles")
+        tf32 = self.workspace == "tf32"
+        # tf32 / 3xtf32: B staged K-major, so the MMA reads it transposed
+        gemm_args = (["transpose_B=True"] if tf32 else
+                     [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}"])
+        gemm_args.append(f"policy={_POLICY[WarpPolicy(self.policy)]}")
         if self.k_pack is not None and self.k_pack > 1:
             gemm_args.append(f"k_pack={self.k_pack}")
-        # transposed_b: elements of one 16-byte load of a row of B, and the consecutive rows (K) of the tile each
-        # thread loads -- and writes into LDS as one run along K
-        b_vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[1])]
-        staging = ({"b_vec": b_vec, "b_rows": transposed_b_rows(self.block_k, self.block_n, self.threads, b_vec)}
-                   if self.transposed_b else {})
-        if self.padded:  # the workspaces' shapes (storage layout, whole blocks) and each staging tile's origin
-            m_pad, n_pad, k_pad = "_whole(M, BLOCK_M)", "_whole(N, BLOCK_N)", "_whole(K, BLOCK_K)"
-            staging = {"a_pad_shape": f"({k_pad}, {m_pad})" if self.trans_a else f"({m_pad}, {k_pad})",
-                       "b_pad_shape": f"({n_pad}, {k_pad})" if self.trans_b else f"({k_pad}, {n_pad})",
-                       # staging grids: (K tile bx, row block by) of the operand
-                       "a_stage_origin": "bx * BLOCK_K, by * BLOCK_M" if self.trans_a else "by * BLOCK_M, bx * BLOCK_K",
-                       "b_stage_origin": "by * BLOCK_N, bx * BLOCK_K" if self.trans_b else "bx * BLOCK_K, by * BLOCK_N"}
-        if self.template == TMA_TEMPLATE:  # T.copy's eviction_policy on every copy of B ('' for no hint)
-            staging["b_hint"] = (", eviction_policy=B_EVICTION"
-                                 if self.b_eviction != Eviction.NORMAL.value else "")
-        return staging | {
-            "a_shape": a_shape, "b_shape": b_shape, "a_tile": a_tile, "b_tile": b_tile,
-            "a_origin": a_origin, "b_origin": b_origin, "k_loop": loop,
-            "gemm_fn": TARGETS[self.target].gemm_fn,
-            "gemm_args": ", ".join(gemm_args),
-            "target_literal": repr(dict(self.tilelang_target)),
-            "a_elem": a_elem, "b_elem": b_elem,
+        return {
+            "split": self.split, "unrolled": self.unroll > 1, "stages_constant": tf32,
+            "k_var": "kk" if self.split else "k", "k_extent": extent,
+            "k_pipeline": (f"T.Pipelined({extent}, num_stages=STAGES)" if tf32 else
+                           pipelined_loop(extent, self.stages, self.pipeline_order, self.pipeline_stage)),
+            "gemm_fn": TARGETS[self.target].gemm_fn, "gemm_args": ", ".join(gemm_args),
+            # true fp32 (precision ieee of fp32 inputs): `_product`, the target's MMA or CUDA-core FMA ("fma"), whose
+            # operands are one element of each staged tile: A_s[i, kk] / B_s[kk, j] as stored
+            "product_macro": self.precision == Precision.IEEE.value, "fma_product": self.fp32_product == "fma",
+            "a_elem": "A_s[kk, i]" if self.trans_a else "A_s[i, kk]", "b_elem": "B_s[j, kk]" if self.trans_b else "B_s[kk, j]",
+        }
+
+    def _scheduler_vars(self) -> dict[str, object]:
+        """_scheduler.py.j2 and _epilogue.py.j2: the launches, the tile's coordinates, where C is stored."""
+        row0, col0 = self._rows()
+        named = self.schedule_kind == "tile" and (row0, col0) == ("row0", "col0")
+        return {
+            "schedule": self.schedule_kind, "specialized": self.tail == TailPolicy.SPECIALIZED,
+            "prelude_gap": self.workspace != "tf32",
+            "tile_grid_extents": "T.ceildiv(N, BLOCK_N), T.ceildiv(M, BLOCK_M)" + ", SPLIT_K" * self.split,
+            "tile_ids": "(bx, by, bz)" if self.split else "(bx, by)",
+            "swizzle_note": "  # remaps (bx, by); bz is kept" if self.split else "",
+            "tile_origin": ["row0 = by * BLOCK_M", "col0 = bx * BLOCK_N"] if named else [],
+            "c_dst": f"C_PART[bz, {row0}, {col0}]" if self.split else f"C[{row0}, {col0}]",
         }
 
     def xf32_workspaces(self) -> tuple[str, ...]:
-        """The K-major TF32 workspaces gemm_xf32.py.j2 takes between B and C (none for other templates)."""
-        if self.template != XF32_TEMPLATE:
+        """The K-major TF32 workspaces of precision tf32 / 3xtf32 (workspace "tf32"), between B and C; else none."""
+        if self.workspace != "tf32":
             return ()
         return ("A_hi", "B_hi") + ("A_lo", "B_lo") * (self.precision == Precision.X3TF32.value)
 
     def workspace_shapes(self, shape: tuple[int, int, int]) -> tuple[tuple[int, ...], ...]:
-        """The workspaces the kernel takes between B and C, at one problem size: split-K's fp32 partials
-        C_PART [split_k, M, N]; gemm_xf32's TF32 operands (rows, K); staging padded's A_PAD and B_PAD in the
-        operands' storage layouts -- M or N and K padded to whole blocks (dtype: workspace_dtype)."""
+        """The workspaces the kernel takes between B and C, at one problem size, in the order of its arguments:
+        the staging's -- staging padded's A_PAD and B_PAD in the operands' storage layouts, M or N and K padded to
+        whole blocks; tf32 / 3xtf32's TF32 operands (rows, K) -- then split-K's fp32 partials C_PART
+        [split_k, M, N]. Their dtypes: workspace_dtypes."""
         m, n, k = shape
-        if self.split_k > 1:
-            return ((self.split_k, m, n),)
         rows = {"A": -(-m // self.block_m) * self.block_m, "B": -(-n // self.block_n) * self.block_n}
         k_pad = -(-k // self.block_k) * self.block_k
+        staged: tuple[tuple[int, ...], ...] = tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
         if self.padded:
-            return ((k_pad, rows["A"]) if self.trans_a else (rows["A"], k_pad),
-                    (rows["B"], k_pad) if self.trans_b else (k_pad, rows["B"]))
-        return tuple((rows[w[0]], k_pad) for w in self.xf32_workspaces())
+            staged = ((k_pad, rows["A"]) if self.trans_a else (rows["A"], k_pad),
+                      (rows["B"], k_pad) if self.trans_b else (k_pad, rows["B"]))
+        return staged + ((self.split_k, m, n),) * self.split
 
-    def workspace_dtype(self) -> str:
-        """The spec dtype of the workspaces: the inputs' own for staging padded (copies of A and B), else fp32
-        (split-K's partials, xf32's TF32 operands in fp32 storage)."""
-        return self.spec_dtypes[0] if self.padded else DType.FP32.value
+    def workspace_dtypes(self) -> tuple[str, ...]:
+        """The spec dtype of each workspace (workspace_shapes): the inputs' own for staging padded (copies of A and
+        B), fp32 for tf32 / 3xtf32's TF32 operands (fp32 storage) and for split-K's partials."""
+        staged = (self.spec_dtypes[0],) * 2 if self.padded else (DType.FP32.value,) * len(self.xf32_workspaces())
+        return staged + (DType.FP32.value,) * self.split
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
-        """The template's `T.Kernel(...)` grids (T.use_swizzle only remaps block indices inside the grid):
-        one (ceil(N/block_n), ceil(M/block_m)) kernel; `specialized`: the interior (N//block_n, M//block_m),
-        the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the template launches it;
-        gemm_xf32 and staging padded: the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B
-        (ceil(K/block_k), ceil(N/block_n)), then the main kernel."""
+        """The template's `T.Kernel(...)` grids in launch order (T.use_swizzle only remaps block indices inside
+        the grid): the staging of A (ceil(K/block_k), ceil(M/block_m)) and of B (ceil(K/block_k), ceil(N/block_n))
+        where a workspace is staged; then the main kernel -- persistent: min(tiles, resident) workgroups; else one
+        (ceil(N/block_n), ceil(M/block_m)) grid, split along z with a K split; `specialized`: the interior
+        (N//block_n, M//block_m), the bottom edge (ceil(N/block_n)) and the right edge (M//block_m), each where the
+        template launches it -- and with a K split, the sum of the partials."""
         m, n, k = shape
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
-        if self.template in (XF32_TEMPLATE, PADDED_TEMPLATE):
-            kt = -(-k // self.block_k)
-            return ((kt, -(-m // bm), 1), (kt, -(-n // bn), 1), (-(-n // bn), -(-m // bm), 1))
-        if self.persistent:  # one workgroup per resident slot, at most one per tile
-            return ((self.persistent_schedule(m, n).workgroups, 1, 1),)
-        if self.split_k > 1:  # the partial products (split along z), then the sum of the partials
-            return ((-(-n // bn), -(-m // bm), self.split_k),
-                    (-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
-        if self.tail != TailPolicy.SPECIALIZED:
-            return ((-(-n // bn), -(-m // bm), 1),)
+        kt = -(-k // self.block_k)
+        grids = [(kt, -(-m // bm), 1), (kt, -(-n // bn), 1)] if self.workspace else []
         full_m, full_n = m // bm, n // bn
-        grids = []
-        if full_m > 0 and full_n > 0:
-            grids.append((full_n, full_m, 1))
-        if m % bm:
-            grids.append((-(-n // bn), 1, 1))
-        if n % bn and full_m > 0:
-            grids.append((full_m, 1, 1))
+        if self.persistent:  # one workgroup per resident slot, at most one per tile
+            grids.append((self.persistent_schedule(m, n).workgroups, 1, 1))
+        elif self.schedule_kind == "tiles" and self.tail == TailPolicy.SPECIALIZED:
+            grids += [(full_n, full_m, 1)] * (full_m > 0 and full_n > 0) + [(-(-n // bn), 1, 1)] * bool(m % bm)
+            grids += [(full_m, 1, 1)] * bool(n % bn and full_m > 0)
+        else:
+            grids.append((-(-n // bn), -(-m // bm), self.split_k))
+        if self.split:  # the sum of the partials
+            grids.append((-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
         return tuple(grids)
 
     def metadata(self, uri: str) -> dict[str, object]:
@@ -383,7 +469,6 @@ class PersistentSchedule:
         return offset % rows + panel * self.panel, self.tiles_n - 1 - col if panel % 2 else col
 
 
-SPLIT_K_TEMPLATE = "gemm_splitk.py.j2"  # split_k > 1: partial sums over K, then a fixed-order reduction
 REDUCE_VECTOR = 4  # fp32 partials per thread and split in the sum kernel: one 16-byte load each
 
 
@@ -406,7 +491,8 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     d = spec.dtypes
     fp32 = d.a == DType.FP32
     # B as stored on a target without transposed_b (rule lds_layout_target refuses asking it of such a target
-    # alone), and where it does not apply: gemv, fp32, a B stored N x K (rule lds_layout_applies refuses those)
+    # alone), and where it does not apply: a B stored N x K (rule lds_layout_applies), gemv and fp32 (rule
+    # unsupported_combination)
     transposed = (tuning.lds_layout == LdsLayout.TRANSPOSED_B and tuning.lds_layout.value in target.gemm_lds_layouts
                   and not (gemv or fp32 or spec.layout.trans_b))
     lds_layout = LdsLayout.TRANSPOSED_B if transposed else LdsLayout.NATURAL
@@ -415,24 +501,18 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     # ieee needs true fp32 products: the target's MMA if it takes fp32 exactly (AMD), else CUDA-core FMA
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
-    split = 1 if gemv else tuning.split_k  # gemv never splits K (rule split_k_structure)
-    persistent = tuning.grid == GridPolicy.PERSISTENT and not gemv  # rule persistent_structure
+    # gemv never splits K, loops over tiles nor stages its operands (rule unsupported_combination)
+    split = 1 if gemv else tuning.split_k
+    persistent = tuning.grid == GridPolicy.PERSISTENT and not gemv
     resident = (hw.compute_units * target.resident_workgroups(t.threads, lds_bytes(spec, tuning, target))
                 if persistent else 0)
-    # staging padded on the tiled structure only (rule staging_structure; staging_dtype, staging_combination
-    # refuse the other templates)
     padded = tuning.staging == Staging.PADDED and not gemv
     reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
-    # the TMA copy options on a target that has them, where they apply (rules b_eviction_*, epilogue_*)
+    # the TMA copy options on a target that has them (rules b_eviction_*, epilogue_*)
     eviction = b_eviction(spec, tuning, target)
     epilogue = Epilogue.SHARED if shared_epilogue(spec, tuning, target) else Epilogue.DIRECT
-    tma = eviction != Eviction.NORMAL or epilogue != Epilogue.DIRECT
     return GemmInstance(
         name=spec.name, target=target.target, spec_file=spec_file,
-        template=("gemv.py.j2" if gemv else XF32_TEMPLATE if fp32 and spec.precision != Precision.IEEE
-                  else FP32_TEMPLATE if fp32 else SPLIT_K_TEMPLATE if split > 1 else TRANSPOSED_B_TEMPLATE if transposed
-                  else PADDED_TEMPLATE if padded else DYNAMIC_M_TEMPLATE if spec.dynamic_m
-                  else PERSISTENT_TEMPLATE if persistent else TMA_TEMPLATE if tma else "gemm.py.j2"),
         shapes=tuple((s.m, s.n, s.k) for s in spec.shapes),
         a_dtype=hw.tilelang_dtypes[d.a], b_dtype=hw.tilelang_dtypes[d.b],
         out_dtype=hw.tilelang_dtypes[d.out], accum_dtype=hw.tilelang_dtypes[d.accumulate],

@@ -46,7 +46,7 @@ class ProductModel:
 
 
 def product_model(inst, run_target: Target) -> ProductModel:
-    """Derived from the generated code: gemm_xf32.py.j2's staging kernels round tf32/3xtf32 inputs themselves
+    """Derived from the generated code: the tf32 / 3xtf32 staging kernels (_staging.py.j2) round tf32/3xtf32 inputs themselves
     (bit arithmetic: nearest, ties away from zero), so the tensor core's own truncation drops only zero bits; an `ieee`
     kernel on sm_90 has no MMA (fp32_product "fma"); any other MMA of stored inputs rounds them as the run
     target's record says (mma_input_roundoff: sm_90 truncates fp32 to tf32, AMD takes fp32 exactly)."""
@@ -205,8 +205,8 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
     # NaN-filled: the kernel must write every element of its workspaces that it reads
-    ws_dt = torch_dtype(inst.workspace_dtype(), run_target)
-    workspace = tuple(torch.full(s, float("nan"), dtype=ws_dt, device=device) for s in inst.workspace_shapes(shape))
+    workspace = tuple(torch.full(s, float("nan"), dtype=torch_dtype(d, run_target), device=device)
+                      for s, d in zip(inst.workspace_shapes(shape), inst.workspace_dtypes(), strict=True))
     return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b,
                     tf32_control=product_model(inst, run_target).fp32_class, workspace=workspace)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from codegen.families.gemm.spec import (
     B_EVICTION,
@@ -22,7 +23,7 @@ from codegen.families.gemm.spec import (
     Structure,
 )
 from codegen.hardware import DTYPE_BYTES, DType
-from codegen.rules import TunedContext, Violation, target_only_value, threads_violations
+from codegen.rules import FieldPath, TunedContext, Violation, target_only_value, threads_violations
 from codegen.spec import K_PACK, TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -54,7 +55,7 @@ def transposed_b_rows(block_k: int, block_n: int, threads: int, vector: int) -> 
 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
     """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers -- for tf32
-    and 3xtf32 (gemm_xf32.py.j2's main kernel) the staged TF32 tile sets: one (tf32) or two (3xtf32: high parts
+    and 3xtf32 (their main kernel) the staged TF32 tile sets: one (tf32) or two (3xtf32: high parts
     and residuals) per buffer; its staging kernels hold one A or B tile, less. With epilogue shared (where it
     applies: shared_epilogue) the C tile in the output dtype too, in the same bytes: TileLang 0.1.15 merges
     shared buffers whose lifetimes do not overlap, and the C tile lives after the K loop, so it takes the
@@ -74,35 +75,15 @@ def c_tile_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
     return tuning.tiling.block_m * tuning.tiling.block_n * DTYPE_BYTES[spec.dtypes.out]
 
 
-def tma_copy_misfit(spec: GemmSpec, tuning: GemmTuning) -> str | None:
-    """Why the TMA copy options (b_eviction, epilogue) do not apply to this configuration: only the tiles
-    templates of fp16/bf16/fp8 inputs have them (gemm_tma.py.j2), None where they do."""
-    if tuning.structure == Structure.GEMV:
-        return "structure gemv (no tiles through shared memory)"
-    if spec.dtypes.a == DType.FP32:
-        return "fp32 inputs (their templates, gemm_fp32 and gemm_xf32, have no such copy)"
-    if tuning.split_k > 1:
-        return f"split_k={tuning.split_k} yet (the split-K template has no such copy)"
-    if spec.dynamic_m is not None:
-        return "dynamic_m yet (the dynamic-M template has no such copy)"
-    if tuning.grid == GridPolicy.PERSISTENT:
-        return "grid persistent yet (the persistent template has no such copy)"
-    if tuning.staging == Staging.PADDED:
-        return "staging padded yet (the padded template has no such copy)"
-    return None
-
-
 def b_eviction(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> Eviction:
-    """The eviction priority the target's kernel gets: the asked one on a target with TMA copies where it
-    applies, else normal (rules b_eviction_target, b_eviction_combination refuse asking it there)."""
-    if target.tma_copies and tma_copy_misfit(spec, tuning) is None:
-        return tuning.b_eviction
-    return Eviction.NORMAL
+    """The eviction priority the target's kernel gets: the asked one on a target with TMA copies (rule
+    b_eviction_target refuses asking it of another alone), else normal."""
+    return tuning.b_eviction if target.tma_copies and tuning.structure == Structure.TILED else Eviction.NORMAL
 
 
 def shared_epilogue(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> bool:
-    """epilogue shared, on a target with TMA copies, where it applies (as b_eviction)."""
-    return (tuning.epilogue == Epilogue.SHARED and target.tma_copies and tma_copy_misfit(spec, tuning) is None)
+    """epilogue shared, on a target with TMA copies (as b_eviction)."""
+    return tuning.epilogue == Epilogue.SHARED and target.tma_copies and tuning.structure == Structure.TILED
 
 
 def tf32_tile_sets(spec: GemmSpec) -> int:
@@ -111,6 +92,123 @@ def tf32_tile_sets(spec: GemmSpec) -> int:
 
 
 GemmRule = Callable[[GemmContext], Iterator[Violation]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trait:
+    """One independent GEMM option as the templates see it, on or off for one (spec, target): each picks a part
+    of the partials of gemm.py.j2 (GemmInstance.template_vars). `field` is the spec field a refusal names: a
+    tunable (the path it came from: top level or an override) or a top-level field ("dtypes.a", "tail", ...)."""
+
+    name: str  # as the spec says it
+    field: str
+    on: Callable[[GemmContext], bool]
+
+    def path(self, c: GemmContext) -> FieldPath:
+        return c.at(self.field) if self.field in c.origin else tuple(self.field.split("."))
+
+    def value(self, c: GemmContext) -> object:
+        """The field's value as the spec wrote it (None for a block such as dynamic_m)."""
+        head, *rest = self.field.split(".")
+        value = getattr(c.tuning if head in c.origin else c.spec, head)
+        for part in rest:
+            value = getattr(value, part)
+        return getattr(value, "value", value) if isinstance(value, (int, str)) else None
+
+
+def _fp32(c: GemmContext) -> bool:
+    return c.spec.dtypes.a == DType.FP32
+
+
+TRAITS: dict[str, Trait] = {
+    "gemv": Trait(name="structure gemv", field="structure", on=lambda c: c.tuning.structure == Structure.GEMV),
+    "fp32": Trait(name="fp32 inputs (precision ieee)", field="dtypes.a",
+                  on=lambda c: _fp32(c) and c.spec.precision == Precision.IEEE),
+    "tf32": Trait(name="precision tf32 / 3xtf32", field="precision",
+                  on=lambda c: _fp32(c) and c.spec.precision != Precision.IEEE),
+    "tail_none": Trait(name="tail none", field="tail", on=lambda c: c.spec.tail == TailPolicy.NONE),
+    "specialized": Trait(name="tail specialized", field="tail", on=lambda c: c.spec.tail == TailPolicy.SPECIALIZED),
+    "unroll": Trait(name="unroll > 1", field="unroll", on=lambda c: c.tuning.unroll > 1),
+    "transposed_b": Trait(name="lds_layout transposed_b", field="lds_layout",  # where taken (rule lds_layout_target)
+                          on=lambda c: (c.tuning.lds_layout == LdsLayout.TRANSPOSED_B
+                                        and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts)),
+    "split_k": Trait(name="split_k > 1", field="split_k", on=lambda c: c.tuning.split_k > 1),
+    "persistent": Trait(name="grid persistent", field="grid", on=lambda c: c.tuning.grid == GridPolicy.PERSISTENT),
+    "padded": Trait(name="staging padded", field="staging", on=lambda c: c.tuning.staging == Staging.PADDED),
+    "dynamic_m": Trait(name="dynamic_m", field="dynamic_m", on=lambda c: c.spec.dynamic_m is not None),
+    # sm_90's TMA copy options, where the target has them (rules b_eviction_target, epilogue_target)
+    "b_eviction": Trait(name="b_eviction first / last", field="b_eviction",
+                        on=lambda c: c.tuning.b_eviction != Eviction.NORMAL and c.target.tma_copies),
+    "epilogue_shared": Trait(name="epilogue shared", field="epilogue",
+                             on=lambda c: c.tuning.epilogue == Epilogue.SHARED and c.target.tma_copies),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unsupported:
+    """Two traits that do not combine (yet), and why; rule unsupported_combination names the second's field."""
+
+    traits: tuple[str, str]  # keys of TRAITS
+    why: str
+
+
+# The GEMM combinations that are not supported, and why: every other combination of TRAITS renders and lowers
+# for gfx942 and sm_90 (tests/test_gemm_traits.py enumerates every pair).
+UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
+    Unsupported(traits=("fp32", "gemv"), why="gemv's lanes form fp16 / bf16 products of 16-byte vectors; fp32 "
+                                             "inputs take structure tiled"),
+    Unsupported(traits=("tf32", "gemv"), why="gemv uses no tensor cores to round for: use structure tiled"),
+    Unsupported(traits=("gemv", "transposed_b"), why="gemv stages no B tile in LDS"),
+    Unsupported(traits=("gemv", "split_k"), why="gemv's lanes of a column share K already, and it has no output tile "
+                                                "to split"),
+    Unsupported(traits=("gemv", "persistent"), why="gemv has no output tiles to loop over"),
+    Unsupported(traits=("gemv", "padded"), why="gemv loads B straight into registers: there are no tiles to stage"),
+    Unsupported(traits=("gemv", "dynamic_m"), why=f"gemv keeps every row of A in registers: at most block_m <= "
+                                                  f"{GEMV_MAX_M} rows, known when it is compiled"),
+    Unsupported(traits=("gemv", "b_eviction"), why="gemv has no tiles through shared memory"),
+    Unsupported(traits=("gemv", "epilogue_shared"), why="gemv has no C tile"),
+    Unsupported(traits=("fp32", "transposed_b"), why="transposed_b is built for 16-bit B tiles; fp32 tiles are "
+                                                     "staged as stored: use natural"),
+    Unsupported(traits=("tf32", "transposed_b"), why="tf32 / 3xtf32 stage B K-major into their workspaces already: "
+                                                     "use natural"),
+    Unsupported(traits=("tf32", "padded"), why="tf32 / 3xtf32 stage A and B into zero-padded workspaces already: "
+                                               "use staging none"),
+    Unsupported(traits=("tf32", "specialized"), why="the TF32 workspaces are whole blocks, so there are no edge "
+                                                    "kernels to specialize: use tail predicated or none"),
+    Unsupported(traits=("padded", "specialized"), why="the padded operands are whole blocks, so there are no edge "
+                                                      "kernels to specialize: use tail predicated"),
+    Unsupported(traits=("padded", "tail_none"), why="with tail none every dimension is whole blocks, so every leading "
+                                                    "dimension is 16-byte aligned and there is nothing to pad"),
+    Unsupported(traits=("split_k", "specialized"), why="the specialized interior and edge kernels have no K split: "
+                                                       "use tail none or predicated"),
+    Unsupported(traits=("persistent", "specialized"), why="the specialized interior and edge kernels each launch "
+                                                          "their own grid: use tail none or predicated"),
+    Unsupported(traits=("dynamic_m", "specialized"), why="the edge kernels split at M // block_m, which a symbolic M "
+                                                         "does not fix: use tail predicated"),
+    Unsupported(traits=("dynamic_m", "tail_none"), why="a dynamic M leaves the last row block ragged: loads and stores "
+                                                       "along M must be bounds-checked (tail predicated)"),
+    Unsupported(traits=("split_k", "persistent"), why="a persistent workgroup computes whole tiles; splitting a "
+                                                      "tile's K over workgroups (stream-K) is not built: use grid tiles"),
+    Unsupported(traits=("dynamic_m", "persistent"), why="the persistent grid, min(tiles, resident), is sized when the "
+                                                        "kernel is made, from M: use grid tiles"),
+    Unsupported(traits=("split_k", "epilogue_shared"), why="split-K stores fp32 partials to its workspace, and the "
+                                                           "shared C tile holds the output dtype: use epilogue direct"),
+)
+
+
+def blocked(c: GemmContext, trait: str) -> bool:
+    """Whether `trait` is on in a combination UNSUPPORTED_COMBINATIONS refuses (its own rules then say nothing
+    more: the refusal is the one message)."""
+    return any(trait in u.traits and all(TRAITS[t].on(c) for t in u.traits) for u in UNSUPPORTED_COMBINATIONS)
+
+
+def unsupported_combination(c: GemmContext) -> Iterator[Violation]:
+    """Rule unsupported_combination: no two traits of one entry of UNSUPPORTED_COMBINATIONS at once."""
+    for u in UNSUPPORTED_COMBINATIONS:
+        first, second = (TRAITS[t] for t in u.traits)
+        if first.on(c) and second.on(c):
+            yield Violation(rule="unsupported_combination", path=second.path(c), value=second.value(c),
+                            message=f"not with {first.name} (not supported): {u.why}")
 
 
 def dtype_supported(c: GemmContext) -> Iterator[Violation]:
@@ -150,22 +248,6 @@ def precision_target(c: GemmContext) -> Iterator[Violation]:
         yield Violation(rule="precision_target", path=("precision",), value=p.value,
                         message=f"not possible on {c.hw.target}: {c.target.fp32_precision_note}; "
                                 f"drop {c.hw.target} from targets or use {' / '.join(c.target.fp32_precisions)}")
-
-
-def precision_schedule(c: GemmContext) -> Iterator[Violation]:
-    """Rule precision_schedule: tf32 and 3xtf32 (gemm_xf32.py.j2) stage both operands into padded K-major
-    workspaces, so the main kernel only ever sees whole blocks: no specialized edge kernels, and its K loop is
-    TileLang's pipeline (no explicit unroll)."""
-    if c.spec.dtypes.a != DType.FP32 or c.spec.precision == Precision.IEEE:
-        return
-    if c.spec.tail == TailPolicy.SPECIALIZED:
-        yield Violation(rule="precision_schedule", path=("tail",), value=c.spec.tail.value,
-                        message=f"{c.spec.precision.value} pads both operands to whole blocks, so there are no edge "
-                                "kernels to specialize: use predicated (ragged shapes) or none")
-    if c.tuning.unroll > 1:
-        yield Violation(rule="precision_schedule", path=c.at("unroll"), value=c.tuning.unroll,
-                        message=f"{c.spec.precision.value}'s K loop is TileLang's pipeline (pipeline.stages), "
-                                "not an explicit unroll: use unroll 1")
 
 
 def wave_multiple(c: GemmContext) -> Iterator[Violation]:
@@ -246,7 +328,7 @@ def unroll_divides(c: GemmContext) -> Iterator[Violation]:
     """Rule unroll_divides: every k is whole rounds of unroll K steps of block_k -- in each of split_k
     equal splits when the K range is split (the unrolled loop has no remainder round)."""
     bk, u = c.tuning.tiling.block_k, c.tuning.unroll
-    sk = c.tuning.split_k if c.tuning.structure == Structure.TILED else 1  # gemv: rule split_k_structure
+    sk = c.tuning.split_k if c.tuning.structure == Structure.TILED else 1  # gemv never splits (rule unsupported_combination)
     step, word = (bk * u * sk, "block_k*unroll*split_k") if sk > 1 else (bk * u, "block_k*unroll")
     for i, s in enumerate(c.spec.shapes):
         if s.k % step:
@@ -281,20 +363,16 @@ def _transposed_b_asked(c: GemmContext) -> bool:
 
 
 def _transposed_b_misfit(c: GemmContext) -> str | None:
-    if c.tuning.structure == Structure.GEMV:
-        return "structure gemv stages no B tile in LDS"
     if c.spec.layout.trans_b:
         return f"layout {c.spec.layout.value} stores B as N x K, K contiguous already: use natural"
-    if c.spec.dtypes.b == DType.FP32:
-        return "fp32 GEMMs stage B as stored (gemm_fp32.py.j2): use natural"
     return None
 
 
 def lds_layout_applies(c: GemmContext) -> Iterator[Violation]:
-    """Rule lds_layout_applies: transposed_b rewrites how a K x N B tile (layouts nn, tn) of fp16/bf16 goes
-    into LDS for the matrix cores. It means nothing for a B stored N x K (nt, tt: already K-contiguous), for
-    fp32 inputs (gemm_fp32.py.j2 stages B as stored) or for the gemv structure (no LDS tile)."""
-    why = _transposed_b_misfit(c) if _transposed_b_asked(c) else None
+    """Rule lds_layout_applies: transposed_b rewrites how a K x N B tile (layouts nn, tn) goes into LDS for the
+    matrix cores. It means nothing for a B stored N x K (nt, tt: already K-contiguous); fp32 inputs and the gemv
+    structure are UNSUPPORTED_COMBINATIONS."""
+    why = _transposed_b_misfit(c) if _transposed_b_asked(c) and not blocked(c, "transposed_b") else None
     if why:
         yield Violation(rule="lds_layout_applies", path=c.at("lds_layout"), value=c.tuning.lds_layout.value,
                         message=why)
@@ -303,7 +381,7 @@ def lds_layout_applies(c: GemmContext) -> Iterator[Violation]:
 def lds_layout_tile(c: GemmContext) -> Iterator[Violation]:
     """Rule lds_layout_tile: transposed_b splits the block_k x block_n tile of B into whole 16-byte runs of
     its rows, the same number of consecutive rows for every thread (transposed_b_rows)."""
-    if not _transposed_b_asked(c) or _transposed_b_misfit(c):
+    if not _transposed_b_asked(c) or _transposed_b_misfit(c) or blocked(c, "transposed_b"):
         return
     t = c.tuning.tiling
     vec = VECTOR_BYTES // DTYPE_BYTES[c.spec.dtypes.b]
@@ -352,6 +430,8 @@ def gemv_shape(c: GemmContext) -> Iterator[Violation]:
         yield Violation(rule="gemv_shape", path=("layout",), value=c.spec.layout.value,
                         message="structure gemv streams B's rows along K: use layout nt (A: M x K, B: N x K)")
     if c.spec.dtypes.a not in GEMV_DTYPES:
+        if blocked(c, "gemv"):  # fp32 inputs: rule unsupported_combination
+            return
         yield Violation(rule="gemv_shape", path=("dtypes", "a"), value=c.spec.dtypes.a.value,
                         message=f"structure gemv takes {' or '.join(d.value for d in GEMV_DTYPES)} inputs")
         return
@@ -385,16 +465,12 @@ def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
 def dynamic_m(c: GemmContext) -> Iterator[Violation]:
     """Rules dynamic_m_*: a kernel compiled with M symbolic (T.dynamic) serves every M of `dynamic_m` with one
     binary. dynamic_m_range: min <= max, and every shape's m (the workloads verify and bench run) inside.
-    dynamic_m_tail: the last row block is ragged for an arbitrary M, so loads and stores along M must be
-    bounds-checked -- tail: predicated (none has no checks; specialized splits interior and edge kernels at
-    M // block_m, which a symbolic M does not fix). dynamic_m_structure: the tiled structure only (gemv keeps
-    every row of A in registers, at most block_m <= 16). dynamic_m_dtype: not fp32 inputs (their template,
-    gemm_fp32.py.j2, has no dynamic-M entry point). dynamic_m_search: no search block -- a lockfile picks a
-    kernel per shape, and a dynamic-M spec is one kernel for every M. dynamic_m_layout: not with lds_layout
-    transposed_b where that applies (gemm_transposed_b.py.j2 has no dynamic-M entry point). The grid at M = max is rule grid_limit
+    dynamic_m_search: no search block -- a lockfile picks a kernel per shape, and a dynamic-M spec is one kernel
+    for every M. Its tail (predicated: the last row block is ragged for an arbitrary M) and the structures and grids
+    it does not take are UNSUPPORTED_COMBINATIONS. The grid at M = max is rule grid_limit
     (codegen.instance.grid_limit over GemmInstance.limit_shapes)."""
     r = c.spec.dynamic_m
-    if r is None:
+    if r is None or blocked(c, "dynamic_m"):
         return
     if r.min > r.max:
         yield Violation(rule="dynamic_m_range", path=("dynamic_m", "min"), value=r.min,
@@ -404,22 +480,6 @@ def dynamic_m(c: GemmContext) -> Iterator[Violation]:
             if not r.min <= s.m <= r.max:
                 yield Violation(rule="dynamic_m_range", path=("shapes", i, "m"), value=s.m,
                                 message=f"is outside dynamic_m [{r.min}, {r.max}], the rows the kernel serves")
-    if c.spec.tail != TailPolicy.PREDICATED:
-        yield Violation(rule="dynamic_m_tail", path=("tail",), value=c.spec.tail.value,
-                        message="a dynamic M leaves the last row block ragged: use tail: predicated "
-                                "(bounds-checked loads and stores)")
-    if c.tuning.structure != Structure.TILED:
-        yield Violation(rule="dynamic_m_structure", path=c.at("structure"), value=c.tuning.structure.value,
-                        message="dynamic_m needs structure tiled (gemv serves at most block_m <= "
-                                f"{GEMV_MAX_M} rows, known when it is compiled)")
-    if c.spec.dtypes.a == DType.FP32:
-        yield Violation(rule="dynamic_m_dtype", path=("dynamic_m",), value=None,
-                        message="not for fp32 inputs yet: their template (precision modes) has no dynamic-M "
-                                "entry point")
-    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
-        yield Violation(rule="dynamic_m_layout", path=c.at("lds_layout"), value=c.tuning.lds_layout.value,
-                        message=f"not with dynamic_m on {c.hw.target} yet: the transposed-B template has no dynamic-M "
-                                "entry point; use lds_layout: natural")
     if c.spec.search:
         yield Violation(rule="dynamic_m_search", path=("search",), value=None,
                         message="a dynamic-M spec is one kernel for every M, and tuning picks a kernel per "
@@ -428,11 +488,8 @@ def dynamic_m(c: GemmContext) -> Iterator[Violation]:
 
 # split-K (split_k > 1, structure tiled): split s of split_k takes K tiles [s*t, (s+1)*t), t = split_tiles(...),
 # of the ceil(k/block_k) and writes its fp32 partial block to a workspace [split_k, M, N]; a second kernel
-# sums the partials in the fixed order s = 0..split_k-1 and rounds once (gemm_splitk.py.j2)
+# sums the partials in the fixed order s = 0..split_k-1 and rounds once (_mainloop.py.j2)
 SPLIT_K_WORKSPACE_BYTES = 256 * 2**20  # rule split_k_workspace: the fp32 partials the caller allocates
-# what the tiles templates of gemm.py.j2's kind take (split-K, persistent, padded): fp32 inputs have their own
-# (gemm_fp32.py.j2, gemm_xf32.py.j2)
-TILE_TEMPLATE_DTYPES = (DType.FP16, DType.BF16, DType.FP8_E4M3)
 
 
 def split_tiles(k: int, block_k: int, split_k: int) -> int:
@@ -447,42 +504,19 @@ def split_k_workspace_bytes(split_k: int, m: int, n: int) -> int:
 
 
 def split_k_rules(c: GemmContext) -> Iterator[Violation]:
-    """Rules split_k_*: what a K split needs. split_k_limit: at most MAX_SPLIT_K splits. split_k_structure:
-    only the tiled structure splits K (gemv's lanes of a column already share K). split_k_tail: not with
-    tail: specialized (its interior and edge kernels would each need a split and a sum). split_k_dtype: fp16,
-    bf16, fp8 inputs (fp32's precision modes have their own template, without a split). split_k_divides
+    """Rules split_k_*: what a K split needs. split_k_limit: at most MAX_SPLIT_K splits. split_k_divides
     (tail none): every k is split_k equal runs of whole K tiles, k % (block_k * split_k) == 0. split_k_tiles
     (tail predicated): each split runs t = ceil(k / (block_k * split_k)) K tiles, and the last split must still
     get at least one of the ceil(k / block_k) real ones (the rest of its run, and a ragged last tile, load
-    zeros). split_k_workspace: split_k * m * n fp32 partials within SPLIT_K_WORKSPACE_BYTES.
-    split_k_combination: not with dynamic_m, nor with lds_layout transposed_b where that applies (their
-    templates have no K split)."""
+    zeros). split_k_workspace: split_k * m * n fp32 partials within SPLIT_K_WORKSPACE_BYTES. The structures, tails
+    and grids a split does not take are UNSUPPORTED_COMBINATIONS."""
     sk = c.tuning.split_k
-    if sk == 1:
+    if sk == 1 or blocked(c, "split_k"):
         return
     at = c.at("split_k")
     if sk > MAX_SPLIT_K:
         yield Violation(rule="split_k_limit", path=at, value=sk,
                         message=f"at most {MAX_SPLIT_K} splits of the K range (each writes an fp32 partial of C)")
-    if c.tuning.structure != Structure.TILED:
-        yield Violation(rule="split_k_structure", path=at, value=sk,
-                        message=f"only structure tiled splits K (this is {c.tuning.structure.value}): leave split_k at 1")
-        return
-    if c.spec.tail == TailPolicy.SPECIALIZED:
-        yield Violation(rule="split_k_tail", path=("tail",), value=c.spec.tail.value,
-                        message=f"split_k={sk} needs tail: none or predicated (the specialized interior and edge "
-                                "kernels have no K split)")
-    if c.spec.dtypes.a not in TILE_TEMPLATE_DTYPES:
-        yield Violation(rule="split_k_dtype", path=at, value=sk,
-                        message=f"a K split takes {', '.join(d.value for d in TILE_TEMPLATE_DTYPES)} inputs, not "
-                                f"{c.spec.dtypes.a.value} (the fp32 precision modes have no split): leave split_k at 1")
-    if c.spec.dynamic_m is not None:
-        yield Violation(rule="split_k_combination", path=at, value=sk,
-                        message="not with dynamic_m yet (the dynamic-M template has no K split): leave split_k at 1")
-    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
-        yield Violation(rule="split_k_combination", path=at, value=sk,
-                        message=f"not with lds_layout transposed_b on {c.hw.target} yet (the transposed-B template has "
-                                "no K split): leave split_k at 1 or use lds_layout: natural")
     bk = c.tuning.tiling.block_k
     where = f" on {c.hw.target}" if "overrides" in (c.origin["split_k"][0], c.origin["tiling"][0]) else ""
     for i, s in enumerate(c.spec.shapes):
@@ -503,40 +537,13 @@ def split_k_rules(c: GemmContext) -> Iterator[Violation]:
 
 
 def persistent_rules(c: GemmContext) -> Iterator[Violation]:
-    """Rules persistent_*: grid persistent launches min(tiles, compute_units x resident) workgroups that loop over
-    the output tiles (gemm_persistent.py.j2, its own template). persistent_structure: the tiled structure only
-    (gemv has no output tiles to loop over). persistent_tail: tail none or predicated (specialized launches
-    three kernels over interior and edges, each its own grid). persistent_dtype: fp16, bf16, fp8 inputs (fp32's
-    precision modes have their own templates, without the loop). persistent_combination: not with split_k > 1,
-    dynamic_m, nor lds_layout transposed_b where that applies (their templates have no tile loop).
-    persistent_residency: one workgroup must fit on a CU/SM (TargetSpec.resident_workgroups > 0)."""
-    if c.tuning.grid != GridPolicy.PERSISTENT:
+    """Rule persistent_residency: grid persistent launches min(tiles, compute_units x resident) workgroups that
+    loop over the output tiles (_scheduler.py.j2), so one workgroup must fit on a CU/SM
+    (TargetSpec.resident_workgroups > 0). The structures, tails and options it does not take are
+    UNSUPPORTED_COMBINATIONS."""
+    if c.tuning.grid != GridPolicy.PERSISTENT or blocked(c, "persistent"):
         return
     at, g = c.at("grid"), c.tuning.grid.value
-    if c.tuning.structure != Structure.TILED:
-        yield Violation(rule="persistent_structure", path=at, value=g,
-                        message=f"only structure tiled has output tiles to loop over (this is "
-                                f"{c.tuning.structure.value}): use grid: tiles")
-        return
-    if c.spec.tail == TailPolicy.SPECIALIZED:
-        yield Violation(rule="persistent_tail", path=("tail",), value=c.spec.tail.value,
-                        message="grid persistent needs tail: none or predicated (the specialized interior and edge "
-                                "kernels each launch their own grid)")
-    if c.spec.dtypes.a not in TILE_TEMPLATE_DTYPES:
-        yield Violation(rule="persistent_dtype", path=at, value=g,
-                        message=f"a persistent grid takes {', '.join(d.value for d in TILE_TEMPLATE_DTYPES)} inputs, not "
-                                f"{c.spec.dtypes.a.value} (the fp32 templates have no tile loop): use grid: tiles")
-    if c.tuning.split_k > 1:
-        yield Violation(rule="persistent_combination", path=at, value=g,
-                        message=f"not with split_k={c.tuning.split_k} yet (the split-K template has no tile loop): "
-                                "use grid: tiles or split_k: 1")
-    if c.spec.dynamic_m is not None:
-        yield Violation(rule="persistent_combination", path=at, value=g,
-                        message="not with dynamic_m yet (the dynamic-M template has no tile loop): use grid: tiles")
-    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
-        yield Violation(rule="persistent_combination", path=at, value=g,
-                        message=f"not with lds_layout transposed_b on {c.hw.target} yet (the transposed-B template "
-                                "has no tile loop): use grid: tiles or lds_layout: natural")
     need = lds_bytes(c.spec, c.tuning, c.target)
     if need <= c.hw.lds_bytes_per_workgroup and c.target.resident_workgroups(c.tuning.tiling.threads, need) < 1:
         yield Violation(rule="persistent_residency", path=at, value=g,
@@ -544,7 +551,7 @@ def persistent_rules(c: GemmContext) -> Iterator[Violation]:
                                 f"does not fit on one {c.hw.target} CU/SM at all: use grid: tiles")
 
 
-# the sm_90 TMA copy options of the tiles template (gemm_tma.py.j2): spec field -> (its default, what it is)
+# sm_90's TMA copy options: spec field -> (its default, what it is)
 TMA_OPTIONS = {"b_eviction": (B_EVICTION, "an L2 hint on TMA loads"),
                "epilogue": (EPILOGUE, "C through shared memory to TMA stores")}
 TMA_ALIGN_BYTES = 16  # a TMA tensor's strides: multiples of 16 bytes (cuTensorMapEncodeTiled)
@@ -558,28 +565,25 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
     """Rules b_eviction_* and epilogue_*: the copy options only sm_90's TMA has. *_target: as lds_layout, a
     top-level value is used by the targets with TMA copies (TargetSpec.tma_copies: sm_90) and the others keep
     the default; asking it of another target's override, or of no target that has it, is an error.
-    *_combination: the tiles template only (gemm_tma.py.j2) -- not structure gemv, fp32 inputs, split_k > 1,
-    dynamic_m, grid persistent nor staging padded (their templates have no such copy). b_eviction_tma: B's rows a multiple of
-    16 bytes at every shape (k for layouts nt/tt, n for nn/tn), else TileLang loads B without TMA and the hint
-    never reaches the code. epilogue_tma: C's rows (n) a multiple of 16 bytes, else TileLang stores the shared
-    C tile with plain stores, no TMA store. The C tile's shared memory is rule lds_budget (lds_bytes)."""
+    b_eviction_tma: B's rows as the main kernel reads them a multiple of 16 bytes at every shape (k for layouts
+    nt/tt, n for nn/tn; a staged workspace's whole blocks), else TileLang loads B without TMA and the hint never
+    reaches the code. epilogue_tma: C's rows (n) a multiple of 16 bytes, else TileLang stores the shared C tile
+    with plain stores, no TMA store. The C tile's shared memory is rule lds_budget (lds_bytes); the options'
+    unsupported combinations are UNSUPPORTED_COMBINATIONS."""
     for name, (only, what) in TMA_OPTIONS.items():
         yield from target_only_value(c, only, lambda v, n=name, w=what: f"{n} {v.value} is {w}, only for "
                                                                          f"{', '.join(_tma_targets())}", f"{name}_target")
     if not c.target.tma_copies:
         return
     asked = {name: getattr(c.tuning, name) for name, (only, _) in TMA_OPTIONS.items()
-             if getattr(c.tuning, name) != only.default}
-    why = tma_copy_misfit(c.spec, c.tuning) if asked else None
-    for name, value in asked.items():
-        if why:
-            yield Violation(rule=f"{name}_combination", path=c.at(name), value=value.value,
-                            message=f"not with {why}: leave {name} at {TMA_OPTIONS[name][0].default.value}")
-    if why:
-        return
+             if getattr(c.tuning, name) != only.default
+             and not blocked(c, "b_eviction" if name == "b_eviction" else "epilogue_shared")}
     b, out = c.spec.dtypes.b, c.spec.dtypes.out
     for i, s in enumerate(c.spec.shapes):
         dim, row = leading_dims(c.spec.layout, s)["B"]
+        if _staged(c):  # the main kernel reads B from a workspace of whole blocks (staging padded, tf32 / 3xtf32)
+            block = {"n": c.tuning.tiling.block_n, "k": c.tuning.tiling.block_k}[dim]
+            row = -(-row // block) * block
         if "b_eviction" in asked and row * DTYPE_BYTES[b] % TMA_ALIGN_BYTES:
             yield Violation(rule="b_eviction_tma", path=("shapes", i), value=None,
                             message=f"B's rows are {dim}={row} {b.value} elements ({row * DTYPE_BYTES[b]} B), not a "
@@ -592,8 +596,13 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
                                     "there (use epilogue: direct)")
 
 
+def _staged(c: GemmContext) -> bool:
+    """Whether staging kernels copy A and B into workspaces of whole blocks first (staging padded, tf32 / 3xtf32)."""
+    return TRAITS["padded"].on(c) or TRAITS["tf32"].on(c)
+
+
 # staging padded: A and B copied into zero-padded workspaces of whole blocks before the main kernel
-# (gemm_padded.py.j2), for shapes where an operand's rows do not start on 16-byte boundaries
+# (_staging.py.j2), for shapes where an operand's rows do not start on 16-byte boundaries
 
 
 def leading_dims(layout: Layout, shape: GemmShape) -> dict[str, tuple[str, int]]:
@@ -611,53 +620,12 @@ def unaligned_operands(spec: GemmSpec, shape: GemmShape) -> list[str]:
 
 
 def staging_rules(c: GemmContext) -> Iterator[Violation]:
-    """Rules staging_*: what staging padded needs. staging_structure: the tiled structure (gemv reads B
-    straight into registers, no tiles). staging_dtype: fp16, bf16, fp8 inputs (fp32's precision modes have
-    their own templates; tf32/3xtf32 stage already). staging_combination: not with split_k > 1, dynamic_m,
-    lds_layout transposed_b where that applies (their templates read the caller's tensors) or grid persistent
-    (no tile loop here); b_eviction / epilogue refuse it under their own *_combination rules. staging_tail: not
-    tail: specialized (the padded operands are whole blocks: there are no edge kernels to specialize; the
-    store of C is bounds-checked as with predicated). staging_schedule: unroll 1 (the main K loop is the
-    pipeline of pipeline.stages). staging_applies: every shape has an operand whose leading dimension is not
-    a multiple of 16 bytes -- at a shape where both are aligned, the tiles already load 16 bytes at a time and
-    the copies would be pure cost."""
-    if c.tuning.staging == Staging.NONE:
+    """Rule staging_applies: staging padded needs every shape to have an operand whose leading dimension is not a
+    multiple of 16 bytes -- at a shape where both are aligned, the tiles already load 16 bytes at a time and the
+    copies would be pure cost. The structures, precisions and tails it does not take are
+    UNSUPPORTED_COMBINATIONS."""
+    if c.tuning.staging == Staging.NONE or blocked(c, "padded"):
         return
-    at, value = c.at("staging"), c.tuning.staging.value
-    if c.tuning.structure != Structure.TILED:
-        yield Violation(rule="staging_structure", path=at, value=value,
-                        message=f"only structure tiled stages its operands (this is {c.tuning.structure.value}, which "
-                                "loads B straight into registers): use staging: none")
-        return
-    if c.spec.dtypes.a not in TILE_TEMPLATE_DTYPES:
-        yield Violation(rule="staging_dtype", path=at, value=value,
-                        message=f"staging takes {', '.join(d.value for d in TILE_TEMPLATE_DTYPES)} inputs, not "
-                                f"{c.spec.dtypes.a.value} (the fp32 templates read the caller's tensors; tf32 and "
-                                "3xtf32 stage into padded workspaces already): use staging: none")
-        return
-    if c.tuning.split_k > 1:
-        yield Violation(rule="staging_combination", path=at, value=value,
-                        message=f"not with split_k={c.tuning.split_k} yet (the split-K template reads the caller's "
-                                "tensors): use staging: none or split_k 1")
-    if c.spec.dynamic_m is not None:
-        yield Violation(rule="staging_combination", path=at, value=value,
-                        message="not with dynamic_m yet (the workspaces are sized for one M): use staging: none")
-    if c.tuning.grid == GridPolicy.PERSISTENT:
-        yield Violation(rule="staging_combination", path=at, value=value,
-                        message="not with grid persistent yet (the padded template has no tile loop): use staging: "
-                                "none or grid: tiles")
-    if c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts:
-        yield Violation(rule="staging_combination", path=at, value=value,
-                        message=f"not with lds_layout transposed_b on {c.hw.target} yet (the transposed-B template "
-                                "reads the caller's B): use staging: none or lds_layout: natural")
-    if c.spec.tail == TailPolicy.SPECIALIZED:
-        yield Violation(rule="staging_tail", path=("tail",), value=c.spec.tail.value,
-                        message="staging: padded pads A and B to whole blocks, so there are no edge kernels to "
-                                "specialize: use tail: predicated (only the store of C is bounds-checked)")
-    if c.tuning.unroll > 1:
-        yield Violation(rule="staging_schedule", path=c.at("unroll"), value=c.tuning.unroll,
-                        message="staging: padded's K loop is the pipeline of pipeline.stages, not an explicit "
-                                "unroll: use unroll 1")
     vec = VECTOR_BYTES // DTYPE_BYTES[c.spec.dtypes.a]
     where = f" ({format_path(c.origin['staging'])})" if c.origin["staging"][0] == "overrides" else ""
     for i, s in enumerate(c.spec.shapes):
@@ -670,13 +638,13 @@ def staging_rules(c: GemmContext) -> Iterator[Violation]:
 
 
 GEMM_RULES: tuple[GemmRule, ...] = (
-    dtype_supported, precision_dtype, precision_target, precision_schedule, wave_multiple, mma_shape, lds_budget,
+    unsupported_combination, dtype_supported, precision_dtype, precision_target, wave_multiple, mma_shape, lds_budget,
     tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
     lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules, staging_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
-GEMV_RULES: tuple[GemmRule, ...] = (dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
+GEMV_RULES: tuple[GemmRule, ...] = (unsupported_combination, dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
                                      gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
                                      split_k_rules, persistent_rules, tma_copy_rules, staging_rules)
 

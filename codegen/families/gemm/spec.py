@@ -226,7 +226,7 @@ class GemmSpec(Model):
     # looping over the tiles in swizzle_panel order (rules persistent_*)
     grid: GridPolicy = GridPolicy.TILES
     # sm_90, tiled: the L2 eviction priority of B's TMA loads, and C written through a shared-memory tile (TMA
-    # stores); both in gemm_tma.py.j2 (rules b_eviction_*, epilogue_*)
+    # stores); rules b_eviction_*, epilogue_*
     b_eviction: Eviction = Eviction.NORMAL
     epilogue: Epilogue = Epilogue.DIRECT
     # tiled: none | padded -- A and B copied into zero-padded workspaces of whole blocks before the main kernel,
