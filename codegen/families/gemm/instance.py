@@ -232,8 +232,8 @@ class GemmInstance(InstanceBase):
                            "bounds-checked)." if self.padded else f"The prim_func for one problem size (tail policy: {tail})."),
             "kernel_args": self._workspace_args() + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split,
             "shared_epilogue": self.shared_epilogue, "tma_options": self.tma_options,
-            # the module's kernels, as its docstring counts them: staging (2), main, split-K's sum
-            "kernel_count": {3: "three", 4: "four"}.get(2 * bool(self.workspace) + 1 + self.split, "these"),
+            # the module's kernels as its docstring counts them: staging padded's two, the main one, split-K's sum
+            "kernel_count": "four" if self.split else "three",
             "split_kernels": (1 + 2 * bool(self.workspace), 2 + 2 * bool(self.workspace)),
         }
 
@@ -328,7 +328,9 @@ class GemmInstance(InstanceBase):
         row0, col0 = self._rows()
         named = self.schedule_kind == "tile" and (row0, col0) == ("row0", "col0")
         return {
-            "schedule": self.schedule_kind, "specialized": self.tail == TailPolicy.SPECIALIZED,
+            # tail specialized: the tiles grid's interior and edge kernels (other schedules take no such tail)
+            "schedule": self.schedule_kind,
+            "specialized": self.tail == TailPolicy.SPECIALIZED and self.schedule_kind == "tiles",
             "prelude_gap": self.workspace != "tf32",
             "tile_grid_extents": "T.ceildiv(N, BLOCK_N), T.ceildiv(M, BLOCK_M)" + ", SPLIT_K" * self.split,
             "tile_ids": "(bx, by, bz)" if self.split else "(bx, by)",
