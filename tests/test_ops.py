@@ -28,7 +28,7 @@ from codegen.lockfile import (
 )
 from codegen.ops import FallbackWarning, NoKernelError, OpsError, OpsInputError, library, stats_table
 from codegen.ops.adapters import ADAPTERS, GemmArgs
-from codegen.ops.cache import ENTRY_FILE, TILELANG_CACHE_ENV, OpsCache, code_sha256, environment_material
+from codegen.ops.cache import ENTRY_FILE, TILELANG_CACHE_ENV, OpsCache, environment_material, kernel_material
 from codegen.ops.dispatch import BUCKET_MAX_BLOCK_RATIO, resolve
 from codegen.render import render
 
@@ -456,7 +456,7 @@ def test_code_hash_is_the_rendered_code(project):
     import hashlib
 
     r = _rendered(project)
-    assert code_sha256(r) == hashlib.sha256(r.text.split("\n", 1)[1].encode()).hexdigest() == r.code_sha256
+    assert kernel_material(r, (), {})["code_sha256"] == hashlib.sha256(r.text.split("\n", 1)[1].encode()).hexdigest() == r.code_sha256
     dyn = _rendered(project, "lin_dynamic")
     assert dyn.instance.compile_shape((5, 256, 128)) == dyn.instance.compile_shape((700, 256, 128))  # one entry
 

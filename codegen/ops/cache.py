@@ -2,7 +2,7 @@
 
 An entry is one compiled kernel: one configuration (its uri) at one compile shape (a dynamic-M kernel: one
 entry for every M), for one device and software stack. Its key is the sha256 of the key material, like the
-build cache's (codegen.buildcache.cache_key): the uri, the sha256 of the rendered code (`code_sha256`),
+build cache's (codegen.buildcache.cache_key): the uri, the sha256 of the rendered code (`RenderedFile.code_sha256`),
 the compile shape, the run target, the TileLang version, the device compiler's fingerprint, the device name,
 the torch and CUDA/HIP runtime versions, and the code of the compile path (codegen/gpu.py, codegen/lower.py).
 Any of them changing is a miss: a tune or a template edit that changes the code, a new TileLang or CUDA,
@@ -42,12 +42,6 @@ COMPILE_PATH_FILES = ("gpu.py", "lower.py")
 _ENV_LOCK = threading.Lock()  # TILELANG_CACHE_DIR is one variable per process
 
 
-def code_sha256(rendered: RenderedFile) -> str:
-    """What the kernel's code is: the sha256 of its rendered module without the header line, as the build cache
-    and the lockfile record it (codegen.render.code_sha256; a kernel's name says its configuration, this its code)."""
-    return rendered.code_sha256
-
-
 def _compile_path_sha256() -> str:
     here = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
@@ -79,7 +73,7 @@ def local_environment(target: Target, gpu) -> dict[str, object]:
 
 
 def kernel_material(rendered: RenderedFile, compile_shape: tuple, environment: Mapping[str, object]) -> dict:
-    return {"kind": "ops", "uri": rendered.uri, "code_sha256": code_sha256(rendered),
+    return {"kind": "ops", "uri": rendered.uri, "code_sha256": rendered.code_sha256,
             "shape": list(compile_shape), **environment}
 
 
