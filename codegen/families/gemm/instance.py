@@ -250,7 +250,7 @@ class GemmInstance(InstanceBase):
         if f.gate is not None:
             return [f.gate]
         return (["scaled"] * (f.scale is not None) + ["bias"] * (f.bias_dtype is not None)
-                + [ACTIVATION_TAG[f.activation]] * (f.activation is not None) + ["res"] * f.residual)
+                + ([ACTIVATION_TAG[f.activation]] if f.activation else []) + ["res"] * f.residual)
 
     # ---- template inputs ------------------------------------------------------------------
     @property
@@ -565,7 +565,8 @@ class GemmInstance(InstanceBase):
             **({"b_eviction": self.b_eviction} if self.b_eviction != Eviction.NORMAL.value else {}),
             **({"epilogue": self.epilogue} if self.shared_epilogue else {}),
             **({"fused": {"ops": list(self.fused.ops), **{k: v for k, v in asdict(self.fused).items()
-                                                           if v not in (None, False) and k != "bias_tilelang_dtype"}}}
+                                                           if v not in (None, False) and k != "bias_tilelang_dtype"
+                                                           and not (k == "beta" and not self.fused.residual)}}}
                if self.fused else {}),
             "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
