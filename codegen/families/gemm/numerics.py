@@ -106,8 +106,8 @@ def gemm_bytes(inst, m: int, n: int, k: int) -> float:
     total = m * k * DTYPE_BYTES[a] + k * n * DTYPE_BYTES[b] + m * n * DTYPE_BYTES[out]
     f = getattr(inst, "fused", None)
     if f is not None:
-        total += (k * n * DTYPE_BYTES[b] * (f.gate is not None) + n * DTYPE_BYTES[DType(f.bias_dtype)] * bool(f.bias_dtype)
-                  + m * n * DTYPE_BYTES[out] * f.residual)
+        bias = n * DTYPE_BYTES[DType(f.bias_dtype)] if f.bias_dtype else 0
+        total += k * n * DTYPE_BYTES[b] * (f.gate is not None) + bias + m * n * DTYPE_BYTES[out] * f.residual
     return float(total)
 
 
