@@ -110,13 +110,13 @@ def test_the_gate_counts_two_b_tiles_a_stage_against_shared_memory():
 def test_the_kernel_takes_its_inputs_after_b_in_the_documented_order_and_launch_passes_them():
     for text, names in ((OPS, ["A", "B", "Bias", "Residual", "C"]), (GATE, ["A", "B", "B_UP", "C"])):
         f = _files(text)["sm_90"]
-        params = re.search(rf"def {f.uri}\((.*?)\):", f.text, re.S).group(1)
+        params = re.search(rf"def {f.uri}\((.*?)\):", f.text, re.DOTALL).group(1)
         assert re.findall(r"(\w+): T\.Tensor", params) == names
         inst = f.instance
         case = family(inst).numerics.make_inputs(inst, (8, 16, 32), seed=0, kind="normal", device="cpu",
                                                 run_target=inst.target)
         seen = []
-        family(inst).numerics.launch(lambda *args: seen.extend(args), case, "OUT")
+        family(inst).numerics.launch(lambda *args, seen=seen: seen.extend(args), case, "OUT")
         assert len(seen) == len(names) and seen[-1] == "OUT"
         assert tuple(seen[2:-1]) == case.inputs
 
