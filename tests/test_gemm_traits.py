@@ -39,6 +39,9 @@ SPEC_OF = {
     "dynamic_m": {"dynamic_m": {"min": 1, "max": 512}},
     "b_eviction": {"b_eviction": "first"},
     "epilogue_shared": {"epilogue": "shared"},
+    "epilogue_ops": {"epilogue_ops": {"scale": 0.5, "bias": {"dtype": "fp16"}, "activation": "gelu_erf",
+                                      "residual": {"beta": 0.5}}},
+    "gate": {"gate": "swiglu"},
 }
 ONLY_ON = {"transposed_b": {Target.GFX942}, "tf32": {Target.SM_90}, "b_eviction": {Target.SM_90},
            "epilogue_shared": {Target.SM_90}}  # the target-only options (and tf32: sm_90's tensor cores)

@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 from pydantic import BaseModel
 
@@ -104,10 +105,17 @@ class InstanceBase:
         family does not say (nothing is checked)."""
         return None
 
+    # Fields of an option most kernels of the family do not have, written to the canonical form only where set
+    # (not None): a whole computation beyond the family's own (GEMM's fused epilogue ops and gate), so that
+    # kernels without it keep the names they had. Every other field is written always.
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ()
+
     def canonical(self) -> str:
         """The kernel's configuration as canonical JSON: every instance field but NOT_IDENTITY, always (a
-        field at its default is written too, so the form never depends on when a field was added)."""
-        data = {k: v for k, v in asdict(self).items() if k not in NOT_IDENTITY}
+        field at its default is written too, so the form never depends on when a field was added) -- but an
+        OPTIONAL_IDENTITY field, written where set."""
+        data = {k: v for k, v in asdict(self).items()
+                if k not in NOT_IDENTITY and not (k in self.OPTIONAL_IDENTITY and v is None)}
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def config_sha256(self) -> str:

@@ -179,7 +179,7 @@ class GemmAdapter(Adapter):
 
     def want_of(self, inst) -> Want | None:
         a, b, out, acc = inst.spec_dtypes
-        if acc != ACCUMULATE:
+        if acc != ACCUMULATE or inst.fused is not None:  # a fused kernel computes more than tilegen.gemm's product
             return None
         return self._want(inst.layout, a, b, out, inst.precision or "")
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import struct
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import b_eviction, gemv_vector, lds_bytes, shared_epilogue, transposed_b_rows
 from codegen.families.gemm.spec import (
+    Activation,
     Epilogue,
     Eviction,
     GemmSpec,
@@ -38,6 +41,56 @@ EPILOGUE_BOX_BYTES = 128
 GEMV_PARTIAL = "_gemv.py.j2"  # gemm.py.j2's structure partial for structure gemv
 TILED_PARTIAL = "_tiled.py.j2"  # ... and for structure tiled (composing _staging, _mainloop, _scheduler, _epilogue)
 DYNAMIC_M = "m"  # the symbolic row count: its T.dynamic name, and the M of a dynamic kernel's compile shape
+
+
+def as_fp32(value: float) -> float:
+    """value rounded to the nearest fp32: the constant the kernel computes with, and the reference's."""
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusedOps:
+    """What a GEMM computes beyond the product, on its fp32 accumulator before the output cast, in this fixed
+    order: C = act(scale * (A @ B) + bias) + beta * residual (spec epilogue_ops); or, with a gate, the gated MLP
+    C = act(A @ B) * (A @ B_UP) (spec gate; `activation` is the gate's). Constants are fp32 values."""
+
+    scale: float | None = None  # alpha; None: 1 (no multiply)
+    bias_dtype: str | None = None  # the bias vector's spec dtype; None: no bias
+    bias_tilelang_dtype: str | None = None  # ... its TileLang name on the instance's target
+    activation: str | None = None  # Activation; None: none
+    residual: bool = False
+    beta: float = 1.0  # the residual's factor (1: added as is)
+    gate: str | None = None  # Gate; None: one product
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        """The fused operations in the order the kernel applies them (the names verify's controls use)."""
+        return tuple(name for name, on in (("gate", self.gate is not None), ("scale", self.scale is not None),
+                                           ("bias", self.bias_dtype is not None),
+                                           ("activation", self.activation is not None and self.gate is None),
+                                           ("residual", self.residual)) if on)
+
+
+def fused_ops(spec: GemmSpec, hw) -> FusedOps | None:
+    """The instance's FusedOps of a spec's epilogue_ops and gate; None where it asks for neither."""
+    ops, gate = spec.epilogue_ops, spec.gate
+    if ops is None and gate is None:
+        return None
+    if gate is not None:
+        return FusedOps(activation=gate.activation.value, gate=gate.value)
+    return FusedOps(scale=None if ops.scale is None else as_fp32(ops.scale),
+                    bias_dtype=ops.bias.dtype.value if ops.bias else None,
+                    bias_tilelang_dtype=hw.tilelang_dtypes[ops.bias.dtype] if ops.bias else None,
+                    activation=ops.activation.value if ops.activation else None,
+                    residual=ops.residual is not None, beta=as_fp32(ops.residual.beta) if ops.residual else 1.0)
+
+
+# the activations' fp32 helper functions (_epilogue.py.j2), by Activation
+ACTIVATION_FN = {Activation.RELU.value: "_relu", Activation.GELU_TANH.value: "_gelu_tanh",
+                 Activation.GELU_ERF.value: "_gelu_erf", Activation.SILU.value: "_silu"}
+# stem tags of the fused operations
+ACTIVATION_TAG = {Activation.RELU.value: "relu", Activation.GELU_TANH.value: "gelut",
+                  Activation.GELU_ERF.value: "gelu", Activation.SILU.value: "silu"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +173,15 @@ class GemmInstance(InstanceBase):
     b_eviction: str = Eviction.NORMAL.value
     epilogue: str = Epilogue.DIRECT.value
 
+    # the fused epilogue ops and the gate (FusedOps); None: C is the product, rounded. An optional part of the
+    # identity (InstanceBase.OPTIONAL_IDENTITY): written to the canonical form only where set
+    fused: FusedOps | None = None
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("fused",)
+
+    @property
+    def gated(self) -> bool:
+        return self.fused is not None and self.fused.gate is not None
+
     @property
     def persistent(self) -> bool:
         return self.grid == GridPolicy.PERSISTENT.value
@@ -178,7 +240,17 @@ class GemmInstance(InstanceBase):
         parts += ["pers"] * self.persistent
         parts += [f"ev{self.b_eviction[0]}"] * (self.b_eviction != Eviction.NORMAL.value)  # evf / evl
         parts += ["epis"] * self.shared_epilogue
+        parts += self._fused_tags()
         return "_".join(parts) + tail_tag(self.tail)
+
+    def _fused_tags(self) -> list[str]:
+        f = self.fused
+        if f is None:
+            return []
+        if f.gate is not None:
+            return [f.gate]
+        return (["scaled"] * (f.scale is not None) + ["bias"] * (f.bias_dtype is not None)
+                + ([ACTIVATION_TAG[f.activation]] if f.activation else []) + ["res"] * f.residual)
 
     # ---- template inputs ------------------------------------------------------------------
     @property
@@ -220,7 +292,7 @@ class GemmInstance(InstanceBase):
             return frame | {"structure_partial": GEMV_PARTIAL, "title_note": ", small M", "kernel_args": [],
                             "kernel_doc": f"The prim_func for one problem size (tail policy: {tail}).",
                             "lanes_k": self.block_k // self.vector}
-        return frame | self._staging_vars() | self._mainloop_vars() | self._scheduler_vars() | {
+        return frame | self._staging_vars() | self._mainloop_vars() | self._scheduler_vars() | self._epilogue_vars() | {
             "structure_partial": TILED_PARTIAL,
             "title_note": "".join(note for note, on in (
                 (", operands staged padded", self.padded), (", persistent grid", self.persistent),
@@ -230,12 +302,91 @@ class GemmInstance(InstanceBase):
                            "block whole)." if self.workspace == "tf32" else
                            f"The prim_func for one problem size (tail policy {tail}: only the store of C is "
                            "bounds-checked)." if self.padded else f"The prim_func for one problem size (tail policy: {tail})."),
-            "kernel_args": self._workspace_args() + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split,
+            "kernel_args": (self._input_args() + self._workspace_args()
+                            + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split),
             "shared_epilogue": self.shared_epilogue, "tma_options": self.tma_options,
             # the module's kernels as its docstring counts them: staging padded's two, the main one, split-K's sum
             "kernel_count": "four" if self.split else "three",
             "split_kernels": (1 + 2 * bool(self.workspace), 2 + 2 * bool(self.workspace)),
         }
+
+    def input_names(self) -> tuple[str, ...]:
+        """The kernel's inputs after A and B, in the order of its arguments: the gate's second weight B_UP (B's
+        layout and shape), the bias vector (N) and the residual (M x N), each where the kernel takes it. Then come
+        the workspaces (workspace_shapes) and C."""
+        f = self.fused
+        if f is None:
+            return ()
+        return ("B_UP",) * (f.gate is not None) + ("Bias",) * (f.bias_dtype is not None) + ("Residual",) * f.residual
+
+    def _input_args(self) -> list[str]:
+        b_shape = "(N, K)" if self.trans_b else "(K, N)"
+        spelled = {"B_UP": f"B_UP: T.Tensor({b_shape}, B_DTYPE)", "Bias": "Bias: T.Tensor((N,), BIAS_DTYPE)",
+                   "Residual": "Residual: T.Tensor((M, N), OUT_DTYPE)"}
+        return [spelled[n] for n in self.input_names()]
+
+    def _epilogue_vars(self) -> dict[str, object]:
+        """_epilogue.py.j2's fused operations: one element-wise statement (or two) on the accumulator fragment before
+        the store -- scale and bias, then the activation and the residual (or the gate's act(C) * U) -- their
+        constants and helpers; and the tensors _block_tile takes."""
+        f = self.fused
+        tensors = ", ".join(("A", "B", *self.input_names(), "C"))
+        if f is None:
+            return {"fused": False, "gate": False, "bu_buf": "", "tail_bu": "", "epilogue_lines": [], "fused_constants": [], "activation_fn": "",
+                    "fused_doc": "", "bias_dtype": "", "tile_tensors": tensors}
+        row0, col0 = self._rows()
+        # the bounds of a ragged tile: _block_tile (the tiles schedule) is a module-level macro, reading them from C
+        rows, cols = ("C.shape[0]", "C.shape[1]") if self.schedule_kind == "tiles" else ("M", "N")
+        guarded = self.tail != TailPolicy.NONE
+        act = ACTIVATION_FN[f.activation] if f.activation else ""
+        acc = "C_local[i, j]"
+        constants = []
+        if f.gate is not None:
+            lines = [f"{acc} = {act}({acc}) * U_local[i, j]"]
+        else:
+            pre = acc + " * SCALE" * (f.scale is not None)
+            if f.scale is not None:
+                constants.append(f"SCALE = {f.scale!r}  # epilogue_ops.scale (alpha), as an fp32 value")
+            if f.bias_dtype is not None:
+                bias = f"Bias[{col0} + j]"
+                if guarded:  # a ragged tile's columns past N read nothing (they are never stored)
+                    bias = f"T.if_then_else({col0} + j < {cols}, {bias}, T.cast(0, BIAS_DTYPE))"
+                pre += f" + T.cast({bias}, ACCUM_DTYPE)"
+            lines = [f"{acc} = {pre}"] if pre != acc else []
+            post = f"{act}({acc})" if act else acc
+            if f.residual:
+                res = f"Residual[{row0} + i, {col0} + j]"
+                if guarded:
+                    res = f"T.if_then_else({row0} + i < {rows} and {col0} + j < {cols}, {res}, T.cast(0, OUT_DTYPE))"
+                beta = "BETA * " if f.beta != 1.0 else ""
+                if beta:
+                    constants.append(f"BETA = {f.beta!r}  # epilogue_ops.residual.beta, as an fp32 value")
+                post += f" + {beta}T.cast({res}, ACCUM_DTYPE)"
+            if post != acc:
+                lines.append(f"{acc} = {post}")
+        return {"fused": True, "gate": f.gate is not None, "bu_buf": "BU_shared" * (f.gate is not None),
+                "tail_bu": "BU_tail" * (f.gate is not None), "epilogue_lines": lines, "fused_constants": constants,
+                "fused_doc": self._fused_doc(),
+                "activation_fn": act, "tile_tensors": tensors,
+                "bias_dtype": f.bias_tilelang_dtype or ""}
+
+    def _fused_doc(self) -> str:
+        """The module docstring's paragraph on what the kernel computes beyond the product."""
+        f = self.fused
+        if f.gate is not None:
+            return (f"Gated ({f.gate}): C = {f.activation}(A @ B) * (A @ B_UP). B (the gate's weight) and B_UP (the up\n"
+                    "projection's) have B's layout and shape; each K step loads one A tile and a tile of each into the\n"
+                    "same pipeline stage and accumulates two fp32 products (C_local, U_local); the epilogue stores only\n"
+                    f"{f.activation}(C_local) * U_local, rounded once.")
+        y = "SCALE * (A @ B)" if f.scale is not None else "A @ B"
+        y += " + Bias" if f.bias_dtype else ""
+        z = f"{f.activation}({y})" if f.activation else y
+        z += (" + BETA * Residual" if f.beta != 1.0 else " + Residual") if f.residual else ""
+        parts = [f"Fused epilogue ops, in fp32 on the accumulator, then one rounding to the output dtype: C = {z}."]
+        parts += ["Bias: N elements (BIAS_DTYPE), added to every row."] * (f.bias_dtype is not None)
+        parts += ["Residual: M x N, C's dtype."] * f.residual
+        parts.append(f"Arguments after B, before the workspaces and C: {', '.join(self.input_names())}.")
+        return "\n".join(parts)
 
     def _rows(self) -> tuple[str, str]:
         """The first row and column of the output tile, as the tile's code names them."""
@@ -413,6 +564,10 @@ class GemmInstance(InstanceBase):
             **({"grid": self.grid, "resident_workgroups": self.resident_workgroups} if self.persistent else {}),
             **({"b_eviction": self.b_eviction} if self.b_eviction != Eviction.NORMAL.value else {}),
             **({"epilogue": self.epilogue} if self.shared_epilogue else {}),
+            **({"fused": {"ops": list(self.fused.ops), **{k: v for k, v in asdict(self.fused).items()
+                                                           if v not in (None, False) and k != "bias_tilelang_dtype"
+                                                           and not (k == "beta" and not self.fused.residual)}}}
+               if self.fused else {}),
             "allow_spills": self.allow_spills, "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
         }
 
@@ -427,7 +582,8 @@ class GemmInstance(InstanceBase):
                             + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else "")
                             + (f", persistent {self.resident_workgroups}" if self.persistent else "")
                             + (f", B evict {self.b_eviction}" if self.b_eviction != Eviction.NORMAL.value else "")
-                            + (", C via shared" if self.shared_epilogue else ""),
+                            + (", C via shared" if self.shared_epilogue else "")
+                            + (f", fused {'+'.join(self.fused.ops)}" if self.fused else ""),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
@@ -499,7 +655,9 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
                   and not (gemv or fp32 or spec.layout.trans_b))
     lds_layout = LdsLayout.TRANSPOSED_B if transposed else LdsLayout.NATURAL
     # the K loop's statements: copy A, copy B (transposed_b: load, permute, write), gemm
-    order, stage = (None, None) if gemv else explicit_schedule(target, stages, 4 if transposed else 2, 1)
+    # (the gate: a second B tile and a second product each step)
+    gate = 0 if gemv or spec.gate is None else 1
+    order, stage = (None, None) if gemv else explicit_schedule(target, stages, (4 if transposed else 2) + gate, 1 + gate)
     # ieee needs true fp32 products: the target's MMA if it takes fp32 exactly (AMD), else CUDA-core FMA
     exact_mma = target.mma_input_roundoff.get(DType.FP32, 0.0) == 0.0
     product = ("mma" if exact_mma or spec.precision != Precision.IEEE else "fma") if fp32 else None
@@ -535,4 +693,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         grid=GridPolicy.PERSISTENT.value if persistent else GridPolicy.TILES.value, resident_workgroups=resident,
         b_eviction=eviction.value, epilogue=epilogue.value,
         staging=(Staging.PADDED if padded else Staging.NONE).value,
+        fused=fused_ops(spec, hw),
     )

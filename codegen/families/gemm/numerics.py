@@ -94,14 +94,42 @@ class full_fp32:
         torch.backends.cuda.matmul.allow_tf32 = self.saved
 
 
-def gemm_flops(m: int, n: int, k: int) -> float:
-    return 2.0 * m * n * k
+def gemm_flops(m: int, n: int, k: int, products: int = 1) -> float:
+    """2 m n k a product (the gate: two)."""
+    return 2.0 * m * n * k * products
 
 
 def gemm_bytes(inst, m: int, n: int, k: int) -> float:
-    """Compulsory DRAM traffic: read A and B once, write C once."""
+    """Compulsory DRAM traffic: read A and B once, write C once -- and a fused kernel's inputs once (B_UP, the
+    bias vector, the residual)."""
     a, b, out, _ = (DType(d) for d in inst.spec_dtypes)
-    return float(m * k * DTYPE_BYTES[a] + k * n * DTYPE_BYTES[b] + m * n * DTYPE_BYTES[out])
+    total = m * k * DTYPE_BYTES[a] + k * n * DTYPE_BYTES[b] + m * n * DTYPE_BYTES[out]
+    f = getattr(inst, "fused", None)
+    if f is not None:
+        bias = n * DTYPE_BYTES[DType(f.bias_dtype)] if f.bias_dtype else 0
+        total += k * n * DTYPE_BYTES[b] * (f.gate is not None) + bias + m * n * DTYPE_BYTES[out] * f.residual
+    return float(total)
+
+
+def fused_baseline_bytes(inst, shape) -> dict[str, float]:
+    """The unfused torch sequence's compulsory bytes (Numerics.baseline_bytes): eager -- the GEMM (with the bias in
+    cuBLAS's addmm epilogue, alpha its scale) writes C, then the activation reads and writes it, then the residual add
+    reads C and the residual and writes the sum; the gate: two GEMMs (A read twice), the activation on one product
+    (read, write), the product (two reads, a write). compile: Inductor fuses the element-wise ops after the GEMMs
+    into one pass (each product read once, the residual read, C written). {} for a plain GEMM."""
+    f = getattr(inst, "fused", None)
+    if f is None:
+        return {}
+    m, n, k = shape
+    a, b, out, _ = (DTYPE_BYTES[DType(d)] for d in inst.spec_dtypes)
+    c = m * n * out
+    if f.gate is not None:
+        gemms = 2 * (m * k * a + k * n * b + c)
+        return {"eager": float(gemms + 2 * c + 3 * c), "compile": float(gemms + 3 * c)}
+    gemm = m * k * a + k * n * b + c + n * out * bool(f.bias_dtype)
+    eager = gemm + 2 * c * bool(f.activation) + 3 * c * f.residual
+    fused_pass = (2 + f.residual) * c if (f.activation or f.residual) else 0
+    return {"eager": float(eager), "compile": float(gemm + fused_pass)}
 
 
 # A dynamic-M kernel is verified up to the largest M of its range whose A and C together hold at most this
@@ -165,6 +193,11 @@ class GemmCase:
     trans_b: bool = False
     tf32_control: bool = False  # the kernel's products are fp32-class where it runs: a TF32 result must fail
     workspace: tuple = ()  # the workspaces the kernel takes between B and C (GemmInstance.workspace_shapes)
+    # the fused kernels' inputs (GemmInstance.input_names), None where the kernel takes none: the gate's second
+    # weight (B's layout), the bias vector (N, its own dtype) and the residual (M x N, C's dtype)
+    B_UP: object = None
+    bias: object = None
+    residual: object = None
 
     @property
     def A32(self):
@@ -174,11 +207,24 @@ class GemmCase:
     def B32(self):
         return (self.B.t() if self.trans_b else self.B).float()
 
+    @property
+    def B_UP32(self):
+        return (self.B_UP.t() if self.trans_b else self.B_UP).float()
+
+    @property
+    def inputs(self) -> tuple:
+        """The kernel's arguments between B and the workspaces, in its order (B_UP, Bias, Residual where taken)."""
+        return tuple(x for x in (self.B_UP, self.bias, self.residual) if x is not None)
+
     def block(self, rows: slice, cols: slice) -> GemmCase:
-        """The case of C[rows, cols]: A's rows and B's columns, still in their storage layout."""
+        """The case of C[rows, cols]: A's rows and B's columns, still in their storage layout (and the fused inputs'
+        rows and columns)."""
         a = self.A[:, rows] if self.trans_a else self.A[rows]
         b = self.B[cols] if self.trans_b else self.B[:, cols]
-        return GemmCase(A=a, B=b, trans_a=self.trans_a, trans_b=self.trans_b, tf32_control=self.tf32_control)
+        up = None if self.B_UP is None else self.B_UP[cols] if self.trans_b else self.B_UP[:, cols]
+        return GemmCase(A=a, B=b, trans_a=self.trans_a, trans_b=self.trans_b, tf32_control=self.tf32_control,
+                        B_UP=up, bias=None if self.bias is None else self.bias[cols],
+                        residual=None if self.residual is None else self.residual[rows, cols])
 
 
 def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, device, run_target: Target) -> GemmCase:
@@ -207,8 +253,18 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     # NaN-filled: the kernel must write every element of its workspaces that it reads
     workspace = tuple(torch.full(s, float("nan"), dtype=torch_dtype(d, run_target), device=device)
                       for s, d in zip(inst.workspace_shapes(shape), inst.workspace_dtypes(), strict=True))
+    extra = {}
+    f = inst.fused
+    if f is not None:  # drawn after A and B, so a plain GEMM's inputs are the same draws
+        if f.gate is not None:  # the up projection's weight, drawn as B
+            up = (torch.randn(k, n, generator=g) / max(k, 1) ** 0.5).to(b_dt)
+            extra["B_UP"] = (up.t() if inst.trans_b else up).contiguous().to(device)
+        if f.bias_dtype is not None:
+            extra["bias"] = torch.randn(n, generator=g).to(torch_dtype(f.bias_dtype, run_target)).to(device)
+        if f.residual:
+            extra["residual"] = torch.randn(m, n, generator=g).to(torch_dtype(inst.spec_dtypes[2], run_target)).to(device)
     return GemmCase(A=A, B=B, trans_a=inst.trans_a, trans_b=inst.trans_b,
-                    tf32_control=product_model(inst, run_target).fp32_class, workspace=workspace)
+                    tf32_control=product_model(inst, run_target).fp32_class, workspace=workspace, **extra)
 
 
 def reference(case: GemmCase):
@@ -323,6 +379,117 @@ def wrong_operation_block(case: GemmCase, a32, cols: slice):
     return a32 @ case.B.reshape(-1)[flat].float()
 
 
+# ---- fused epilogue ops and the gate (GemmInstance.fused) ----------------------------------------------------
+# The reference composes the unfused ops in fp32 on the exact product P = A.B of the stored inputs:
+#   C = act(scale * P + bias) + beta * residual,   or with a gate   C = act(P_gate) * P_up.
+# The kernel's accumulator is P + e, |e| <= c * |A|.|B| (c = scale * (4 u_acc sqrt(K) + u_prod), the modelled
+# term); the epilogue's fp32 arithmetic rounds each step (u = 2^-24) and evaluates the activation with a relative
+# error of at most ACTIVATION_EVAL of its argument's magnitude; an error d of the activation's argument moves
+# its value by at most LIPSCHITZ * |d|. So, per element (FusedMagnitude; Tolerance.bound):
+#   plain: model = L |scale| |A|.|B|; arith = 2u L (|scale| |A|.|B| + |bias|) + ACTIVATION_EVAL |y| + 2u (|act(y)| +
+#          |beta residual|); cross = (ACTIVATION_EVAL + 2u L) |scale| |A|.|B|   (y = scale * P + bias)
+#   gate:  model = |act(G)| |A|.|B_UP| + L |U| |A|.|B|; model2 = L |A|.|B| |A|.|B_UP|; arith = ACTIVATION_EVAL |G| |U| +
+#          u |act(G) U|; cross = ACTIVATION_EVAL |G| |A|.|B_UP|
+# and the bound is u_out |ref| + eta_out + (1 + u_out) (c model + c^2 model2 + arith + c cross) + tiny.
+FP32_ROUNDOFF = 2.0**-24
+# max |act'(x)| over x, rounded up: silu 1.09984, gelu (erf) 1.12890, gelu (tanh) 1.12899; relu 1
+LIPSCHITZ = {"relu": 1.0, "silu": 1.1, "gelu_erf": 1.13, "gelu_tanh": 1.13}
+# the activation's fp32 evaluation (_epilogue.py.j2's helpers), relative to |x|: silu and gelu_tanh are x / (1 + e)
+# with e = exp(t) -- expf within 2 ulp, __expf (fast math) within 2 + 1.17 |t| ulp for the |t| <= 88 where e is
+# finite (past it the result is 0 or x to fp32 precision) -- the add and the divide one rounding each; gelu_erf's
+# erff within 2 ulp of 1 and three roundings. Under 2^-16 |x| in every case; relu is exact
+ACTIVATION_EVAL = {"relu": 0.0, "silu": 2.0**-16, "gelu_erf": 2.0**-16, "gelu_tanh": 2.0**-16}
+# the wrong activation a negative control applies instead of each
+WRONG_ACTIVATION = {"relu": "silu", "silu": "relu", "gelu_erf": "relu", "gelu_tanh": "relu"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusedMagnitude:
+    """The per-element magnitudes of a fused kernel's error terms (the module's comment above gemm_chunks): `model`
+    and `cross` scale with the accumulation coefficient c, `model2` with c^2; `arith` is the epilogue's own fp32
+    arithmetic. Tensors of the output's shape (or 0.0)."""
+
+    model: object
+    model2: object = 0.0
+    arith: object = 0.0
+    cross: object = 0.0
+
+
+def activation(name: str, x):
+    """The activation, in torch (fp32 in, fp32 out), as the reference computes it."""
+    import torch.nn.functional as F
+
+    return {"relu": F.relu, "silu": F.silu, "gelu_erf": F.gelu,
+            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[name](x)
+
+
+def fused_output(f, raw, up=None, bias=None, residual=None, *, scale=True, act: str | None = None, beta=True):
+    """The fused ops on the fp32 product `raw` (and the gate's up product `up`), composed unfused in fp32:
+    act(raw) * up with a gate, else act(scale * raw + bias) + beta * residual -- `bias` / `residual` None leave
+    them out, scale / beta False apply 1, `act` replaces the activation ("" for none)."""
+    act = f.activation if act is None else act
+    if f.gate is not None:
+        return activation(act, raw) * up if act else raw * up
+    y = raw * f.scale if (scale and f.scale is not None) else raw
+    if bias is not None:
+        y = y + bias
+    z = activation(act, y) if act else y
+    if residual is not None:
+        z = z + residual * f.beta if beta else z + residual
+    return z
+
+
+def fused_chunk(inst, sub: GemmCase, a32, raw, mag, raw_controls: dict) -> tuple:
+    """(reference, FusedMagnitude, controls) of one chunk of a fused kernel from the chunk's product `raw` and
+    |A|.|B| `mag`: each product-level control (a wrong product) through the same ops, the store-level ones (zeros)
+    as they are, and one control per fused op -- each op left out or changed (dropped_scale, dropped_bias,
+    wrong_activation, dropped_residual, unscaled_residual; gate: wrong_activation, swapped_gate_up, ungated)."""
+    f = inst.fused
+    L, ev, u = LIPSCHITZ.get(f.activation, 1.0), ACTIVATION_EVAL.get(f.activation, 0.0), FP32_ROUNDOFF
+    controls = {"zeros": raw_controls["zeros"]}
+    with full_fp32():
+        if f.gate is not None:
+            up = a32 @ sub.B_UP32
+            mag_up = a32.abs() @ sub.B_UP32.abs()
+            ref = fused_output(f, raw, up)
+            act_g = activation(f.activation, raw)
+            fm = FusedMagnitude(model=act_g.abs() * mag_up + L * up.abs() * mag, model2=L * mag * mag_up,
+                                arith=ev * raw.abs() * up.abs() + u * ref.abs(), cross=ev * raw.abs() * mag_up)
+            for name, wrong in raw_controls.items():  # a wrong gate product (the up product right)
+                if name != "zeros":
+                    controls[name] = fused_output(f, wrong, up)
+            controls["wrong_activation"] = fused_output(f, raw, up, act=WRONG_ACTIVATION[f.activation])
+            controls["swapped_gate_up"] = fused_output(f, up, raw)
+            controls["ungated"] = raw * up
+            return ref, fm, controls
+        bias = None if sub.bias is None else sub.bias.float()
+        res = None if sub.residual is None else sub.residual.float()
+        ref = fused_output(f, raw, bias=bias, residual=res)
+        alpha = abs(f.scale) if f.scale is not None else 1.0
+        y = raw * f.scale if f.scale is not None else raw
+        y = y if bias is None else y + bias
+        z = activation(f.activation, y) if f.activation else y
+        b_abs = 0.0 if bias is None else bias.abs()
+        r_abs = 0.0 if res is None else res.abs() * abs(f.beta)
+        fm = FusedMagnitude(model=L * alpha * mag, arith=2 * u * L * (alpha * mag + b_abs) + ev * y.abs()
+                            + 2 * u * (z.abs() + r_abs), cross=(ev + 2 * u * L) * alpha * mag)
+        for name, wrong in raw_controls.items():
+            if name != "zeros":
+                controls[name] = fused_output(f, wrong, bias=bias, residual=res)
+        if f.scale is not None:
+            controls["dropped_scale"] = fused_output(f, raw, bias=bias, residual=res, scale=False)
+        if bias is not None:
+            controls["dropped_bias"] = fused_output(f, raw, residual=res)
+        if f.activation is not None:
+            controls["wrong_activation"] = fused_output(f, raw, bias=bias, residual=res,
+                                                        act=WRONG_ACTIVATION[f.activation])
+        if res is not None:
+            controls["dropped_residual"] = fused_output(f, raw, bias=bias)
+            if f.beta != 1.0:
+                controls["unscaled_residual"] = fused_output(f, raw, bias=bias, residual=res, beta=False)
+    return ref, fm, controls
+
+
 def gemm_chunks(inst, case: GemmCase, max_elements: int):
     """The chunked check: blocks of C of about max_elements elements (column blocks so that K x columns
     of B in fp32 fit it, then row blocks so that rows x K of A fit it), each from its rows of A and
@@ -357,6 +524,8 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
                     controls["dropped_k_column"] = dropped_k_column(a32, b32, ref)
             if case.tf32_control:
                 controls["tf32_result"] = tf32_result(a32, b32)
+            if inst.fused is not None:  # the ops on the product, and on each product-level control
+                ref, mag, controls = fused_chunk(inst, sub, a32, ref, mag, controls)
             if inst.dynamic_m is not None:
                 controls["ragged_m_block_dropped"] = ragged_m_block_dropped(ref, m, inst.block_m, r0)
             if inst.persistent:
@@ -377,16 +546,22 @@ class Tolerance:
     scale: float = 1.0
     products: str = ""  # product_model's label, shown with fp32 inputs
     split_k: int = 1  # K split over this many fp32 partials (the same bound: see the module docstring)
+    fused: str = ""  # a fused kernel's ops (FusedOps.ops), whose bound takes a FusedMagnitude
 
     def describe(self) -> str:
         text = (f"{self.u_out:.3g}*|ref| + {self.eta_out:.3g} + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) "
                 f"+ {self.u_prod:.3g})*|A|.|B|")
         notes = [self.products] * bool(self.products)
         notes += [f"split_k {self.split_k}: fp32 partials, one rounding"] * (self.split_k > 1)
+        notes += [f"fused {self.fused}: the ops' fp32 rounding and the activation's slope"] * bool(self.fused)
         return f"{text} [{'; '.join(notes)}]" if notes else text
 
     def bound(self, ref, abs_product):
         acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + self.u_prod
+        if isinstance(abs_product, FusedMagnitude):  # a fused kernel's terms (the comment above fused_chunk)
+            m, c = abs_product, self.scale * acc
+            err = c * m.model + c * c * m.model2 + m.arith + c * m.cross
+            return self.u_out * ref.abs() + self.eta_out + (1.0 + self.u_out) * err + TINY
         return self.u_out * ref.abs() + self.eta_out + self.scale * acc * abs_product + TINY
 
 
@@ -396,7 +571,41 @@ def gemm_tolerance(inst, run_target: Target, k: int, scale: float = 1.0) -> Tole
     u_acc = max(UNIT_ROUNDOFF[acc], cores.mma_accumulator_roundoff.get(a, 0.0))
     model = product_model(inst, run_target)
     return Tolerance(u_out=UNIT_ROUNDOFF[out], eta_out=SUBNORMAL_ROUNDOFF[out], u_acc=u_acc, u_prod=model.u_prod, k=k, scale=scale,
-                     products=model.label, split_k=inst.split_k)
+                     products=model.label, split_k=inst.split_k,
+                     fused="+".join(inst.fused.ops) if getattr(inst, "fused", None) else "")
+
+
+def fused_baseline_fns(inst, case: GemmCase, out_dtype):
+    """The unfused torch sequence of a fused kernel, as a model writes it, on the same stored inputs: eager -- the
+    GEMM (addmm with the bias and alpha where there is a bias, cuBLAS's own epilogue), the activation, the residual
+    add (torch.add with alpha beta); the gate: two matmuls, the activation, the product. compile: the same function
+    under torch.compile (Inductor fuses the element-wise ops)."""
+    import torch
+
+    f = inst.fused
+    a = case.A.t() if inst.trans_a else case.A
+    b = case.B.t() if inst.trans_b else case.B
+    if f.gate is not None:
+        up = case.B_UP.t() if inst.trans_b else case.B_UP
+
+        def seq(a, b, up):
+            return activation(f.activation, torch.matmul(a, b)) * torch.matmul(a, up)
+        args = (a, b, up)
+    else:
+        bias = None if case.bias is None else case.bias.to(out_dtype)  # addmm's dtype, cast before the timing
+        res = case.residual
+        alpha = f.scale if f.scale is not None else 1.0
+
+        def seq(a, b, bias, res):
+            y = torch.addmm(bias, a, b, alpha=alpha) if bias is not None else torch.matmul(a, b)
+            if bias is None and f.scale is not None:
+                y = y * alpha
+            if f.activation:
+                y = activation(f.activation, y)
+            return torch.add(y, res, alpha=f.beta) if res is not None else y
+        args = (a, b, bias, res)
+    compiled = compiled_once(("gemm_fused", inst.spec_dtypes, inst.layout, tuple(sorted(vars(f).items()))), seq)
+    return {"eager": lambda: seq(*args), "compile": lambda: compiled(*args)}
 
 
 def gemm_baseline_fns(inst, A, B, out_dtype):
@@ -450,8 +659,24 @@ def gemm_baseline_precision(inst) -> str:
     return ", ".join(f"{name}: allow_tf32={allow}" for name, allow in FP32_BASELINES[inst.precision])
 
 
+WHOLE_TENSOR = 1 << 62  # elements a chunk may hold: the whole output in one
+
+
+def gemm_reference(inst, case: GemmCase):
+    """(reference, error magnitude) of the whole output: the product and |A|.|B|, or a fused kernel's ops on them
+    (its one chunk: fused_chunk)."""
+    if inst.fused is None:
+        return reference(case)
+    [chunk] = gemm_chunks(inst, case, WHOLE_TENSOR)
+    return chunk.ref, chunk.mag
+
+
 def controls(inst, case: GemmCase, ref) -> dict[str, object]:
     import torch
+
+    if inst.fused is not None:  # the controls of the one whole chunk
+        [chunk] = gemm_chunks(inst, case, WHOLE_TENSOR)
+        return dict(chunk.controls)
 
     out = {"zeros": torch.zeros_like(ref), "wrong_operation": wrong_operation(case),
            "dropped_k_tile": dropped_k_tile(case, ref, inst.block_m, inst.block_k)}
@@ -475,16 +700,18 @@ def tolerance(inst, shape, run_target: Target) -> Tolerance:
 
 
 NUMERICS = Numerics(
-    flops=lambda inst, s: gemm_flops(*s),
+    flops=lambda inst, s: gemm_flops(*s, products=2 if getattr(inst, "gated", False) else 1),
     bytes=lambda inst, s: gemm_bytes(inst, *s),
     make_inputs=make_inputs,
-    reference=lambda inst, case: reference(case),
+    reference=gemm_reference,
     chunks=gemm_chunks,
     tolerance=tolerance,
     controls=controls,
     derived_shapes=gemm_derived_shapes,
     out_shape=lambda inst, s: (s[0], s[1]),
-    launch=lambda kernel, case, out: kernel(case.A, case.B, *case.workspace, out),
-    baselines=lambda inst, case, out_dtype: gemm_baseline_fns(inst, case.A, case.B, out_dtype),
+    launch=lambda kernel, case, out: kernel(case.A, case.B, *case.inputs, *case.workspace, out),
+    baselines=lambda inst, case, out_dtype: (fused_baseline_fns(inst, case, out_dtype) if getattr(inst, "fused", None)
+                                             else gemm_baseline_fns(inst, case.A, case.B, out_dtype)),
     baseline_precision=gemm_baseline_precision,
+    baseline_bytes=fused_baseline_bytes,
 )

@@ -54,7 +54,8 @@ def transposed_b_rows(block_k: int, block_n: int, threads: int, vector: int) -> 
 
 
 def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
-    """Shared-memory bytes of one GEMM workgroup: the A and B tiles times the pipeline's buffers -- for tf32
+    """Shared-memory bytes of one GEMM workgroup: the A and B tiles (with a gate, two B tiles: B's and B_UP's)
+    times the pipeline's buffers -- for tf32
     and 3xtf32 (their main kernel) the staged TF32 tile sets: one (tf32) or two (3xtf32: high parts
     and residuals) per buffer; its staging kernels hold one A or B tile, less. With epilogue shared (where it
     applies: shared_epilogue) the C tile in the output dtype too, in the same bytes: TileLang 0.1.15 merges
@@ -65,7 +66,9 @@ def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
     if tuning.structure == Structure.GEMV:
         return tuning.tiling.threads * 4 if target.reduce_workspace_in_lds else 0
     t = tuning.tiling
-    per_stage = t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a] + t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b]
+    b_tiles = 2 if spec.gate is not None else 1  # the gate: B's and B_UP's tiles in every stage
+    per_stage = (t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a]
+                 + b_tiles * t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b])
     pipeline = per_stage * max(1, tuning.pipeline.stages) * tf32_tile_sets(spec)
     return max(pipeline, c_tile_bytes(spec, tuning)) if shared_epilogue(spec, tuning, target) else pipeline
 
@@ -141,6 +144,9 @@ TRAITS: dict[str, Trait] = {
                         on=lambda c: c.tuning.b_eviction != Eviction.NORMAL and c.target.tma_copies),
     "epilogue_shared": Trait(name="epilogue shared", field="epilogue",
                              on=lambda c: c.tuning.epilogue == Epilogue.SHARED and c.target.tma_copies),
+    # what is computed beyond the product: element-wise ops on the accumulator, and the gated MLP's two products
+    "epilogue_ops": Trait(name="epilogue_ops", field="epilogue_ops", on=lambda c: c.spec.epilogue_ops is not None),
+    "gate": Trait(name="gate", field="gate", on=lambda c: c.spec.gate is not None),
 }
 
 
@@ -193,6 +199,18 @@ UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
                                                         "kernel is made, from M: use grid tiles"),
     Unsupported(traits=("split_k", "epilogue_shared"), why="split-K stores fp32 partials to its workspace, and the "
                                                            "shared C tile holds the output dtype: use epilogue direct"),
+    Unsupported(traits=("gemv", "epilogue_ops"), why="gemv's lanes store one sum a column and apply no epilogue: use "
+                                                     "structure tiled"),
+    Unsupported(traits=("gemv", "gate"), why="gemv streams one B: use structure tiled"),
+    Unsupported(traits=("split_k", "epilogue_ops"), why="the ops must run once on the fixed-order sum of the "
+                                                        "partials, and the sum kernel applies none: use split_k 1"),
+    Unsupported(traits=("split_k", "gate"), why="the gate multiplies two whole products, and a split holds a part of "
+                                                "each: use split_k 1"),
+    Unsupported(traits=("epilogue_ops", "gate"), why="the gated product's epilogue is its gate (act(A.B) * (A.B_UP)); "
+                                                     "scale, bias and residual are not built beside it"),
+    Unsupported(traits=("tf32", "gate"), why="the TF32 staging kernels stage A and one B: use precision ieee"),
+    Unsupported(traits=("padded", "gate"), why="the padded staging copies A and one B: use staging none"),
+    Unsupported(traits=("transposed_b", "gate"), why="transposed_b's registers stage one B tile a step: use natural"),
 )
 
 
@@ -289,6 +307,7 @@ def lds_budget(c: GemmContext) -> Iterator[Violation]:
         what = (f"the epilogue's {t.block_m}x{t.block_n} {c.spec.dtypes.out.value} C tile (epilogue shared; it "
                 "reuses the smaller pipeline buffers)" if c_tile == need else
                 f"{t.block_m}x{t.block_n}x{t.block_k} tiles x {max(1, c.tuning.pipeline.stages)} stage(s)"
+                + (" (gate: two B tiles a stage)" if c.spec.gate is not None else "")
                 + (" x 2 (3xtf32: high parts and residuals)" if tf32_tile_sets(c.spec) == 2 else ""))
         yield Violation(
             rule="lds_budget", path=c.at("tiling"), value=None,
@@ -637,16 +656,37 @@ def staging_rules(c: GemmContext) -> Iterator[Violation]:
                                     f"staging: padded{where} would only add copies: use staging: none")
 
 
+# epilogue_ops / gate: the fused operations on the accumulator (codegen.families.gemm.instance.FusedOps)
+BIAS_DTYPES = (DType.FP16, DType.BF16, DType.FP32)  # a bias vector stored in one of these
+
+
+def fused_rules(c: GemmContext) -> Iterator[Violation]:
+    """Rules epilogue_ops_*: epilogue_ops_empty -- an epilogue_ops block names at least one op (an empty one would
+    be a second name for the plain GEMM); epilogue_ops_dtype -- the bias is stored fp16, bf16 or fp32, a dtype the
+    target holds (the residual is C's dtype). The structures and options the ops and the gate do not take are
+    UNSUPPORTED_COMBINATIONS; the gate's two B tiles a stage are rule lds_budget (lds_bytes)."""
+    ops = c.spec.epilogue_ops
+    if ops is None or blocked(c, "epilogue_ops"):
+        return
+    if all(getattr(ops, f) is None for f in type(ops).model_fields):
+        yield Violation(rule="epilogue_ops_empty", path=("epilogue_ops",), value=None,
+                        message="names no op: give scale, bias, activation or residual, or remove epilogue_ops")
+    if ops.bias is not None and (ops.bias.dtype not in BIAS_DTYPES or ops.bias.dtype not in c.hw.tilelang_dtypes):
+        yield Violation(rule="epilogue_ops_dtype", path=("epilogue_ops", "bias", "dtype"), value=ops.bias.dtype.value,
+                        message=f"a bias is stored {', '.join(d.value for d in BIAS_DTYPES)} on {c.hw.target}")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     unsupported_combination, dtype_supported, precision_dtype, precision_target, wave_multiple, mma_shape, lds_budget,
     tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
     lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules, staging_rules,
+    fused_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (unsupported_combination, dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
                                      gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
-                                     split_k_rules, persistent_rules, tma_copy_rules, staging_rules)
+                                     split_k_rules, persistent_rules, tma_copy_rules, staging_rules, fused_rules)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

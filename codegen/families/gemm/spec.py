@@ -14,6 +14,7 @@ from codegen.spec import (
     Identifier,
     Model,
     NonNegativeInt,
+    NormalFp32,
     Pipeline,
     PositiveInt,
     TailPolicy,
@@ -92,6 +93,56 @@ class Epilogue(StrEnum):
 
     DIRECT = "direct"
     SHARED = "shared"
+
+
+class Activation(StrEnum):
+    """The element-wise activation of `epilogue_ops.activation`, evaluated in fp32 on the accumulator (after the
+    scale and the bias). relu: max(x, 0). gelu_tanh: x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)), i.e.
+    0.5 x (1 + tanh(...)) -- torch's gelu(approximate="tanh"). gelu_erf: 0.5 x (1 + erf(x / sqrt(2))) -- torch's
+    gelu. silu: x * sigmoid(x) = x / (1 + exp(-x))."""
+
+    RELU = "relu"
+    GELU_TANH = "gelu_tanh"
+    GELU_ERF = "gelu_erf"
+    SILU = "silu"
+
+
+class Gate(StrEnum):
+    """The gated MLP (`gate`): C = act(A @ Wg^T) * (A @ Wu^T), two products of one A tile per K step, only their
+    gated product stored. swiglu: act silu (Llama's MLP). geglu: act gelu_erf (torch's gelu). geglu_tanh: act
+    gelu_tanh (torch's gelu(approximate="tanh"), Gemma's MLP)."""
+
+    SWIGLU = "swiglu"
+    GEGLU = "geglu"
+    GEGLU_TANH = "geglu_tanh"
+
+    @property
+    def activation(self) -> Activation:
+        return {Gate.SWIGLU: Activation.SILU, Gate.GEGLU: Activation.GELU_ERF,
+                Gate.GEGLU_TANH: Activation.GELU_TANH}[self]
+
+
+class BiasOp(Model):
+    """`epilogue_ops.bias`: a vector of N elements added to every row of C, stored in its own dtype."""
+
+    dtype: DType
+
+
+class ResidualOp(Model):
+    """`epilogue_ops.residual`: a tensor of C's shape and dtype added last, times beta."""
+
+    beta: NormalFp32 = 1.0
+
+
+class EpilogueOps(Model):
+    """`epilogue_ops`: what the kernel computes on the fp32 accumulator before it rounds it to the output dtype,
+    always in this order: C = act(scale * (A @ B) + bias) + beta * residual. Each is optional; at least one is
+    given [epilogue_ops_empty]."""
+
+    scale: NormalFp32 | None = None  # alpha, an fp32 constant
+    bias: BiasOp | None = None
+    activation: Activation | None = None
+    residual: ResidualOp | None = None
 
 
 MAX_SPLIT_K = 64  # rule split_k_limit: workgroups one output tile's K range is split over
@@ -233,6 +284,10 @@ class GemmSpec(Model):
     # for shapes whose operands' leading dimensions are not 16-byte multiples (rules staging_*)
     staging: Staging = Staging.NONE
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
+    # what is computed beyond the product: element-wise ops on the accumulator before the output cast (scale,
+    # bias, activation, residual; rules epilogue_ops_*), and the gated MLP act(A @ B^T) * (A @ B_UP^T) (rules gate_*)
+    epilogue_ops: EpilogueOps | None = None
+    gate: Gate | None = None
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -283,6 +338,12 @@ STARTER = """\
   split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
   # staging: none           # tiled: none | padded (odd leading dimensions: A, B copied into zero-padded workspaces)
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
+  # epilogue_ops:           # on the fp32 accumulator, in this order: act(scale * (A @ B) + bias) + beta * residual
+  #   scale: 0.5            # alpha, an fp32 constant
+  #   bias: {{dtype: fp16}}   # a vector of N elements (kernel argument Bias)
+  #   activation: silu      # relu | gelu_tanh | gelu_erf | silu
+  #   residual: {{beta: 1.0}} # a tensor of C's shape and dtype (kernel argument Residual)
+  # gate: swiglu            # swiglu | geglu | geglu_tanh: C = act(A @ B^T) * (A @ B_UP^T), two weights (layout nt)
   tail: none                # none | predicated | specialized
   targets: [gfx942, sm_90]
   # overrides:              # per-target replacements of tiling / pipeline / unroll / swizzle_panel / k_pack
