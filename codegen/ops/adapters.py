@@ -114,7 +114,13 @@ def call_key(args: tuple) -> tuple:
     """What an adapter's `call` reads of an argument record: each tensor's sizes, strides, dtype and device, and
     every other argument as it is. Two calls of equal keys pass or fail the same checks and take the same route;
     an argument that cannot be hashed raises TypeError (the call is then checked in full, and refused)."""
-    return tuple((v.shape, v.stride(), v.dtype, v.device) if isinstance(v, torch.Tensor) else v for v in args)
+    key = []
+    for v in args:
+        if isinstance(v, torch.Tensor):
+            key.append((v.shape, v.stride(), v.dtype, v.device))
+        else:
+            key.append(v)
+    return tuple(key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +143,7 @@ class Prepared:
         return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.workspaces)
 
     def alloc_outputs(self, device) -> tuple:
-        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs)
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
 
 
 class Adapter:
