@@ -41,29 +41,50 @@ def gemm_kernel(inst, shape):
 
 def softmax_kernel(inst, shape):
     def run(X, *rest):
-        *ws, Y = rest
+        *ins, Y = rest
+        mask = ins.pop(0) if inst.mask != "none" else None
         _expect(tuple(X.shape) == tuple(shape) and tuple(Y.shape) == tuple(shape), "softmax X, Y")
-        _expect(len(ws) == (inst.workspace_shape(shape) is not None), "softmax workspace")
+        _expect(len(ins) == (inst.workspace_shape(shape) is not None), "softmax workspace")
+        if mask is not None:
+            _expect(tuple(mask.shape) == (tuple(shape) if inst.mask == "full" else (shape[1],)), "softmax mask")
         x = X.double()
+        if inst.scale is not None:
+            x = x * inst.scale
+        if mask is not None:
+            x = x + mask.double()
         e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
         Y.copy_((e / e.sum(dim=-1, keepdim=True)).to(Y.dtype))
     return run
 
 
 def norm_kernel(inst, shape):
-    def run(X, W, *rest):
+    """The norms and their fused kernels: X, (R), W, (B), (workspace); then (S), Y, (SC)."""
+    def run(X, *rest):
         rest = list(rest)
+        R = rest.pop(0) if inst.residual else None
+        W = rest.pop(0)
+        SC = rest.pop() if inst.per_token else None
         Y = rest.pop()
+        S = rest.pop() if inst.residual else None
         bias = rest.pop(0) if inst.has_bias else None
         want_ws = inst.workspace_shape(shape)
         _expect([tuple(t.shape) for t in rest] == ([want_ws] if want_ws else []), "norm workspace")
         _expect(tuple(X.shape) == tuple(shape) and tuple(Y.shape) == tuple(shape), "norm X, Y")
         x = X.double()
+        if R is not None:
+            _expect(tuple(R.shape) == tuple(shape) and tuple(S.shape) == tuple(shape), "norm R, S")
+            S.copy_((x + R.double()).to(S.dtype))
+            x = S.double()
         if inst.centered:
             x = x - x.mean(dim=-1, keepdim=True)
         y = x / torch.sqrt(x.square().mean(dim=-1, keepdim=True) + inst.eps) * W.double()
         if bias is not None:
             y = y + bias.double()
+        if SC is not None:
+            _expect(tuple(SC.shape) == (shape[0], 1), "norm SC")
+            scale = (y.abs().amax(dim=-1, keepdim=True) / inst.fp8_max).clamp_min(2.0**-126)
+            SC.copy_(scale)
+            y = (y / scale).clamp(-inst.fp8_max, inst.fp8_max)
         Y.copy_(y.to(Y.dtype))
     return run
 

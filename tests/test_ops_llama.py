@@ -45,6 +45,17 @@ SPECS = f"""\
   threads: 32
   vector: 8
   targets: [sm_90]
+- name: add_norm
+  op: rmsnorm
+  residual: true
+  dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
+  eps: 1.0e-5
+  shapes:
+    - {{rows: {PREFILL}, cols: {HIDDEN}}}
+    - {{rows: {BATCH}, cols: {HIDDEN}}}
+  threads: 32
+  vector: 8
+  targets: [sm_90]
 - name: rope
   op: rope
   dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
@@ -109,9 +120,11 @@ def _pos(rotary, x, positions):
     return rotary(x, positions)
 
 
-def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_is_caught(ops, layer):
+@pytest.mark.parametrize("fuse", [False, True])
+def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_is_caught(ops, layer, fuse):
     layer, rotary = layer
-    ours = patch_llama_layer(copy.deepcopy(layer), ops)
+    ops.reset_stats()
+    ours = patch_llama_layer(copy.deepcopy(layer), ops, fuse=fuse)
     assert type(ours.self_attn).__name__ == "TilegenLlamaAttention"
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, PREFILL, HIDDEN, generator=g).to(torch.bfloat16)
@@ -137,7 +150,7 @@ def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_i
         torch.testing.assert_close(caches["bshd"].k[0], caches["bhsd"].k[0].transpose(1, 2), atol=0.02, rtol=0.02)
     routes = {(s.op, s.route) for s in ops.stats()}
     assert routes == {("gemm", "spec"), ("gemm", "dynamic"), ("rmsnorm", "spec"), ("rope", "spec"),
-                      ("attention", "spec"), ("attention_decode", "spec")}
+                      ("attention", "spec"), ("attention_decode", "spec")} | ({("add_rmsnorm", "spec")} if fuse else set())
 
     class WrongWayRope:  # rotates the other way: one op broken on purpose
         def __getattr__(self, name):
@@ -146,7 +159,7 @@ def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_i
         def rope(self, q, k, cos, sin):
             return ops.rope(q, k, cos, -sin)
 
-    broken = patch_llama_layer(copy.deepcopy(layer), WrongWayRope())
+    broken = patch_llama_layer(copy.deepcopy(layer), WrongWayRope(), fuse=fuse)
     with torch.no_grad():
         bad = call_layer(broken, x, pe)
     assert not torch.allclose(bad, want, atol=0.06, rtol=0.05)

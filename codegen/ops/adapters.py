@@ -3,8 +3,10 @@
 `launch` verify and bench use, with the inputs put in the family's case record), the torch fallback, and the
 output's metadata for torch.compile (register_fake).
 
-Every check reads metadata only (dtype, device, sizes, strides), so the same code runs on real tensors and on
-torch.compile's fake ones: a call the kernels cannot take is an OpsInputError before anything is computed.
+Every check reads metadata only (dtype, device, sizes, strides) and the call's scalar arguments, so the same code
+runs on real tensors and on torch.compile's fake ones, and its verdict holds for every later call of the same
+metadata (`call_key`): the ops check a call once per key and remember the answer (codegen.ops.api). A call the
+kernels cannot take is an OpsInputError before anything is computed.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 import struct
 from dataclasses import dataclass
 from functools import cache
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 
@@ -55,6 +57,11 @@ class Ctx:
 
     target: Target
     device_type: str
+
+    @property
+    def fp8_dtype(self):
+        """The torch dtype of the target's fp8 e4m3 (the per-token rmsnorm's output)."""
+        return TARGETS[self.target].torch_dtype(DType.FP8_E4M3)
 
     def dtype_name(self, op: str, name: str, dtype) -> str:
         names = _dtype_names(self.target)
@@ -103,20 +110,40 @@ def _empty(shape, dtype, device):
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def call_key(args: tuple) -> tuple:
+    """What an adapter's `call` reads of an argument record: each tensor's sizes, strides, dtype and device, and
+    every other argument as it is. Two calls of equal keys pass or fail the same checks and take the same route;
+    an argument that cannot be hashed raises TypeError (the call is then checked in full, and refused)."""
+    key = []
+    for v in args:
+        if isinstance(v, torch.Tensor):
+            key.append((v.shape, v.stride(), v.dtype, v.device))
+        else:
+            key.append(v)
+    return tuple(key)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
     """What launching one kernel at one shape needs, worked out once (the first call of a route): the family's
     launch (its numerics', as verify and bench launch), the output's shape and the workspaces' (shape, dtype)."""
 
     inst: object
-    launch: object  # (kernel, case, out) -> None
+    launch: object  # (kernel, case, *outs) -> None
     out_shape: tuple
     workspaces: tuple = ()
+    case: object = None  # the family's case record (GemmCase, NormCase, ...), which the launch reads
+    outputs: tuple = ()  # kernels of several outputs: (shape, torch dtype) of each, in launch order
 
     def alloc_workspaces(self, device) -> tuple:
         """Fresh workspaces from torch's allocator (each kernel writes every element it reads: verify's NaN-filled
         workspaces prove it)."""
+        if not self.workspaces:
+            return ()
         return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.workspaces)
+
+    def alloc_outputs(self, device) -> tuple:
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
 
 
 class Adapter:
@@ -137,8 +164,15 @@ class Adapter:
         from codegen.families import family
 
         numerics = family(inst).numerics
+        outputs = ()
+        if numerics.outputs is not None:
+            outputs = tuple((tuple(o.shape), torch_dtype(o.dtype, inst.target)) for o in numerics.outputs(inst, run_shape))
         return Prepared(inst=inst, launch=numerics.launch, out_shape=tuple(numerics.out_shape(inst, run_shape)),
-                        workspaces=self.workspaces(inst, run_shape))
+                        workspaces=self.workspaces(inst, run_shape), case=self.case_type(), outputs=outputs)
+
+    def case_type(self):
+        """The family's case record the launch reads (imported when a kernel is first prepared)."""
+        raise NotImplementedError
 
     def workspaces(self, inst, run_shape: tuple) -> tuple:
         return ()
@@ -147,18 +181,18 @@ class Adapter:
         """Launch `kernel` (compiled for run_shape) on the call; its output."""
         raise NotImplementedError
 
-    def fallback(self, args):
+    def fallback(self, ctx: Ctx, args):
+        """The op in torch: the kernels' arithmetic, unfused."""
         raise NotImplementedError
 
-    def fake(self, args):
-        """An empty output of the call's shape, dtype and device (no kernel runs)."""
+    def fake(self, ctx: Ctx, args):
+        """Empty outputs of the call's shapes, dtypes and device (no kernel runs)."""
         raise NotImplementedError
 
 
 # ---- GEMM: C[M, N] = op(A) @ op(B) ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class GemmArgs:
+class GemmArgs(NamedTuple):
     a: object
     b: object
     layout: str
@@ -210,18 +244,21 @@ class GemmAdapter(Adapter):
         return tuple((tuple(s), torch_dtype(d, inst.target))
                      for s, d in zip(inst.workspace_shapes(run_shape), inst.workspace_dtypes(), strict=True))
 
-    def run(self, kernel, prep: Prepared, args: GemmArgs, shape, run_shape):
+    def case_type(self):
         from codegen.families.gemm.numerics import GemmCase
 
+        return GemmCase
+
+    def run(self, kernel, prep: Prepared, args: GemmArgs, shape, run_shape):
         inst, m, rm = prep.inst, shape[0], run_shape[0]
         a = args.a if rm == m else _pad_m(args.a, rm, inst.trans_a)
-        case = GemmCase(A=a, B=args.b, trans_a=inst.trans_a, trans_b=inst.trans_b,
-                        workspace=prep.alloc_workspaces(a.device))
+        case = prep.case(A=a, B=args.b, trans_a=inst.trans_a, trans_b=inst.trans_b,
+                         workspace=prep.alloc_workspaces(a.device))
         out = _empty(prep.out_shape, args.out_dtype, a.device)
         prep.launch(kernel, case, out)
         return out if rm == m else out[:m]
 
-    def fallback(self, args: GemmArgs):
+    def fallback(self, ctx: Ctx, args: GemmArgs):
         from codegen.families.gemm.numerics import full_fp32
 
         ta, tb = LAYOUTS[args.layout]
@@ -234,7 +271,7 @@ class GemmAdapter(Adapter):
                 return torch.matmul(a, b).to(args.out_dtype)
         return torch.matmul(a.float(), b.float()).to(args.out_dtype)  # fp8: no eager matmul of its own
 
-    def fake(self, args: GemmArgs):
+    def fake(self, ctx: Ctx, args: GemmArgs):
         m, n, _, _ = gemm_mnk(args.layout, args.a, args.b)
         return args.a.new_empty((m, n), dtype=args.out_dtype)
 
@@ -253,12 +290,23 @@ def _pad_m(a, rows: int, trans: bool):
 
 # ---- rows: softmax, rmsnorm, layernorm over the last dimension ---------------------------------------------------
 
-@dataclass(frozen=True)
-class RowArgs:
+class RowArgs(NamedTuple):
+    """A norm's call: x [..., cols]; weight (and bias) [cols]; eps; the residual (x's shape) of the fused add."""
+
     x: object
     weight: object = None
     bias: object = None
     eps: float = 0.0
+    residual: object = None
+
+
+class SoftmaxArgs(NamedTuple):
+    """softmax(x * scale + mask): mask None, x's shape (full) or [cols] (broadcast), x's dtype; scale None or a
+    finite number (applied in fp32)."""
+
+    x: object
+    mask: object = None
+    scale: float | None = None
 
 
 def _row_workspaces(inst, shape: tuple) -> tuple:
@@ -277,57 +325,118 @@ def _rows(x) -> tuple[int, int]:
     return (x.numel() // cols if cols else 0), cols
 
 
+def _fp32_scale(op: str, scale) -> float | None:
+    if scale is None:
+        return None
+    scale = float(scale)
+    _require(math.isfinite(scale) and scale != 0.0, op, lambda: f"scale must be a finite, nonzero number, not {scale}")
+    return as_fp32(scale)
+
+
 class SoftmaxAdapter(Adapter):
+    """softmax, and with a scale and/or an additive mask the fused logits softmax(x * scale + mask) of the
+    kernels with `scale` / `mask` (their Want names both; the plain softmax's names neither)."""
+
     op = "softmax"
 
     def want_of(self, inst) -> Want | None:
         i, o, acc = inst.spec_dtypes
-        if inst.logits:  # softmax(x * scale + mask) takes a mask and a scale this op does not
+        if acc != ACCUMULATE:
             return None
-        return Want("softmax", (("dtypes", f"{i}/{o}"),)) if acc == ACCUMULATE else None
+        return self._want(f"{i}/{o}", None if inst.scale is None else as_fp32(inst.scale), inst.mask)
 
-    def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:
-        check_tensor(ctx, "softmax", "x", args.x)
-        _require(args.x.dim() >= 1, "softmax", lambda: "x must have at least one dimension")
-        d = ctx.dtype_name("softmax", "x", args.x.dtype)
-        return Want("softmax", (("dtypes", f"{d}/{d}"),)), _rows(args.x)
+    @staticmethod
+    def _want(dtypes: str, scale, mask: str) -> Want:
+        params = (("dtypes", dtypes),)
+        if scale is not None:
+            params += (("scale", scale),)
+        if mask != "none":
+            params += (("mask", mask),)
+        return Want("softmax", params)
+
+    @staticmethod
+    def mask_kind(x, mask) -> str:
+        """none | full (x's shape) | broadcast ([cols], one mask row for every row)."""
+        if mask is None:
+            return "none"
+        if tuple(mask.shape) == tuple(x.shape):
+            return "full"
+        return "broadcast" if mask.dim() == 1 and mask.shape[0] == x.shape[-1] else "other"
+
+    def call(self, ctx: Ctx, args: SoftmaxArgs) -> tuple[Want, tuple]:
+        op = "softmax"
+        check_tensor(ctx, op, "x", args.x)
+        _require(args.x.dim() >= 1, op, lambda: "x must have at least one dimension")
+        d = ctx.dtype_name(op, "x", args.x.dtype)
+        kind = "none"
+        if args.mask is not None:
+            check_tensor(ctx, op, "mask", args.mask, dtype=args.x.dtype, like=args.x)
+            kind = self.mask_kind(args.x, args.mask)
+            _require(kind != "other", op, lambda: f"mask is {_shape(args.mask)}: it must be x's shape ({_shape(args.x)}) "
+                                                  f"or [cols] = [{args.x.shape[-1]}] (one mask row for every row)")
+        return self._want(f"{d}/{d}", _fp32_scale(op, args.scale), kind), _rows(args.x)
+
+    def case_type(self):
+        from codegen.families.softmax.numerics import SoftmaxCase
+
+        return SoftmaxCase
 
     def workspaces(self, inst, run_shape: tuple) -> tuple:
         return _row_workspaces(inst, run_shape)
 
-    def run(self, kernel, prep: Prepared, args: RowArgs, shape, run_shape):
-        from codegen.families.softmax.numerics import SoftmaxCase
-
+    def run(self, kernel, prep: Prepared, args: SoftmaxArgs, shape, run_shape):
         x = _as_rows(args.x, shape)
+        mask = args.mask
+        if mask is not None and mask.dim() > 1:
+            mask = _as_rows(mask, shape)
         out = _empty(prep.out_shape, args.x.dtype, x.device)
         ws = prep.alloc_workspaces(x.device)
-        prep.launch(kernel, SoftmaxCase(X=x, WS=ws[0] if ws else None), out)
+        prep.launch(kernel, prep.case(X=x, WS=ws[0] if ws else None, MK=mask, scale=prep.inst.scale), out)
         return out if out.dim() == args.x.dim() else out.view(args.x.shape)
 
-    def fallback(self, args: RowArgs):
-        return torch.softmax(args.x, dim=-1, dtype=torch.float32).to(args.x.dtype)
+    def fallback(self, ctx: Ctx, args: SoftmaxArgs):
+        """softmax of the fp32 logits x * scale + mask (the scale rounded to fp32, as the kernels hold it)."""
+        z = args.x.float()
+        if args.scale is not None:
+            z = z * as_fp32(args.scale)
+        if args.mask is not None:
+            z = z + args.mask.float()
+        return torch.softmax(z, dim=-1).to(args.x.dtype)
 
-    def fake(self, args: RowArgs):
+    def fake(self, ctx: Ctx, args: SoftmaxArgs):
         return args.x.new_empty(args.x.shape)
 
 
 class NormAdapter(Adapter):
-    """rmsnorm and layernorm: one class, the op (and so the bias) is the difference."""
+    """rmsnorm and layernorm (`op`, the family's op: the bias is the difference) and their fused kernels:
+    `residual` -- S = x + residual (x's dtype) and norm(S); `quant` -- the normalised rows in the target's fp8
+    e4m3 with one fp32 scale a row (rmsnorm). `name` is the op's name in the API (add_rmsnorm, rmsnorm_fp8, ...)."""
 
-    def __init__(self, op: str):
+    def __init__(self, op: str, *, residual: bool = False, quant: bool = False):
         self.op = op
         self.bias = op == "layernorm"
+        self.residual, self.quant = residual, quant
+        self.name = ("add_" if residual else "") + op + ("_fp8" if quant else "")
 
     def want_of(self, inst) -> Want | None:
         i, o, acc = inst.spec_dtypes
-        if inst.residual or inst.per_token:  # the fused kernels take a residual or write fp8 and scales: not this op
+        if inst.residual != self.residual or inst.per_token != self.quant or acc != ACCUMULATE:
             return None
-        return Want(self.op, (("dtypes", f"{i}/{o}"), ("eps", as_fp32(inst.eps)))) if acc == ACCUMULATE else None
+        return self._want(f"{i}/{o}", as_fp32(inst.eps))
+
+    def _want(self, dtypes: str, eps: float) -> Want:
+        params = (("dtypes", dtypes), ("eps", eps))
+        params += (("residual", "add"),) * self.residual + (("quant", "per_token"),) * self.quant
+        return Want(self.op, params)
 
     def call(self, ctx: Ctx, args: RowArgs) -> tuple[Want, tuple]:
-        op = self.op
+        op = self.name
         check_tensor(ctx, op, "x", args.x)
         _require(args.x.dim() >= 1, op, lambda: "x must have at least one dimension")
+        if self.residual:
+            check_tensor(ctx, op, "residual", args.residual, dtype=args.x.dtype, like=args.x)
+            _require(tuple(args.residual.shape) == tuple(args.x.shape), op,
+                     lambda: f"residual is {_shape(args.residual)}, x {_shape(args.x)}: they must be the same shape")
         check_tensor(ctx, op, "weight", args.weight, ndim=1, dtype=args.x.dtype, like=args.x)
         _require(args.weight.shape[0] == args.x.shape[-1], op,
                  lambda: f"weight has {args.weight.shape[0]} elements, x's rows {args.x.shape[-1]}")
@@ -337,40 +446,76 @@ class NormAdapter(Adapter):
                      lambda: f"bias has {args.bias.shape[0]} elements, x's rows {args.x.shape[-1]}")
         _require(math.isfinite(args.eps) and args.eps > 0, op, lambda: f"eps must be a positive number, not {args.eps}")
         d = ctx.dtype_name(op, "x", args.x.dtype)
-        return Want(op, (("dtypes", f"{d}/{d}"), ("eps", as_fp32(args.eps)))), _rows(args.x)
+        out = DType.FP8_E4M3.value if self.quant else d
+        return self._want(f"{d}/{out}", as_fp32(args.eps)), _rows(args.x)
+
+    def case_type(self):
+        from codegen.families.norm.numerics import NormCase
+
+        return NormCase
 
     def workspaces(self, inst, run_shape: tuple) -> tuple:
         return _row_workspaces(inst, run_shape)
 
     def run(self, kernel, prep: Prepared, args: RowArgs, shape, run_shape):
-        from codegen.families.norm.numerics import NormCase
-
-        x = _as_rows(args.x, shape)
+        x = args.x
+        flat = x.dim() == 2
+        x2 = x if flat else x.view(shape)
+        r = args.residual
+        if r is not None and not flat:
+            r = r.view(shape)
         ws = prep.alloc_workspaces(x.device)
-        case = NormCase(X=x, W=args.weight, B=args.bias if self.bias else None, WS=ws[0] if ws else None)
-        out = _empty(prep.out_shape, args.x.dtype, x.device)
-        prep.launch(kernel, case, out)
-        return out if out.dim() == args.x.dim() else out.view(args.x.shape)
+        case = prep.case(X=x2, W=args.weight, B=args.bias if self.bias else None, WS=ws[0] if ws else None, R=r)
+        outs = prep.alloc_outputs(x.device)  # the family's outputs in launch order: S (residual), Y, SC (quant)
+        prep.launch(kernel, case, *outs)
+        if not flat:
+            outs = tuple(o.view(*x.shape[:-1], o.shape[-1]) for o in outs)
+        return self._order(outs)
 
-    def fallback(self, args: RowArgs):
-        """The kernels' arithmetic: fp32 statistics, x * rstd * w (+ b) in fp32, one rounding to the output."""
+    def _order(self, outs: tuple):
+        """The launch's outputs (S, Y, SC) as the op returns them: Y; (Y, S); (Y, SC); (Y, SC, S)."""
+        if not (self.residual or self.quant):
+            return outs[0]
+        if not self.residual:
+            return outs[0], outs[1]
+        return (outs[1], outs[0]) if not self.quant else (outs[1], outs[2], outs[0])
+
+    def fallback(self, ctx: Ctx, args: RowArgs):
+        """The kernels' arithmetic, unfused: S = x + residual rounded to x's dtype (the fused kernels store it and
+        normalise the stored sum); fp32 statistics, x * rstd * w (+ b) in fp32; one rounding to the output, or the
+        per-token fp8 rows: scale = max(amax|y| / fp8_max, 2^-126) per row, q = clamp(y / scale, +-fp8_max)."""
         import torch.nn.functional as F
 
-        x, n = args.x.float(), (args.x.shape[-1],)
+        x, n = args.x, (args.x.shape[-1],)
+        s = (x.float() + args.residual.float()).to(x.dtype) if self.residual else None
+        src = (s if self.residual else x).float()
         if self.bias:
-            y = F.layer_norm(x, n, args.weight.float(), args.bias.float(), args.eps)
+            y = F.layer_norm(src, n, args.weight.float(), args.bias.float(), args.eps)
         else:
-            y = F.rms_norm(x, n, args.weight.float(), args.eps)
-        return y.to(args.x.dtype)
+            y = F.rms_norm(src, n, args.weight.float(), args.eps)
+        if not self.quant:
+            y = y.to(x.dtype)
+            return (y, s) if self.residual else y
+        from codegen.families.norm.numerics import MIN_SCALE
 
-    def fake(self, args: RowArgs):
-        return args.x.new_empty(args.x.shape)
+        fp8 = ctx.fp8_dtype
+        top = torch.finfo(fp8).max
+        scale = (y.abs().amax(-1, keepdim=True) / top).clamp_min(MIN_SCALE)
+        q = (y / scale).clamp(-top, top).to(fp8)
+        return (q, scale, s) if self.residual else (q, scale)
+
+    def fake(self, ctx: Ctx, args: RowArgs):
+        x = args.x
+        y = x.new_empty(x.shape, dtype=ctx.fp8_dtype if self.quant else x.dtype)
+        outs = (x.new_empty(x.shape),) * self.residual + (y,)
+        if self.quant:
+            outs += (x.new_empty((*x.shape[:-1], 1), dtype=torch.float32),)
+        return self._order(outs)
 
 
 # ---- rope: rotate_half of Q [tokens, heads, d] and K [tokens, kv_heads, d] ---------------------------------------
 
-@dataclass(frozen=True)
-class RopeArgs:
+class RopeArgs(NamedTuple):
     q: object
     k: object
     cos: object  # [tokens, rotary_dim / 2] fp32
@@ -378,8 +523,8 @@ class RopeArgs:
 
 
 class RopeAdapter(Adapter):
-    """The output is one buffer [tokens*heads + tokens*kv_heads, head_dim]: Q_out's rows, then K_out's (the
-    rope numerics' layout); Ops.rope hands back its two views."""
+    """Two outputs, Q_out and K_out, of q's and k's shapes (the rope numerics' launch takes them apart or as the
+    two parts of one buffer)."""
 
     op = "rope"
 
@@ -407,31 +552,32 @@ class RopeAdapter(Adapter):
         want = Want(op, (("dtypes", f"{dt}/{dt}"), ("head_dim", d), ("rotary_dim", 2 * half)))
         return want, (t, h, args.k.shape[1])
 
-    def run(self, kernel, prep: Prepared, args: RopeArgs, shape, run_shape):
+    def case_type(self):
         from codegen.families.rope.numerics import RopeCase
 
-        case = RopeCase(Q=args.q, K=args.k, COS=args.cos, SIN=args.sin, Q32=None, K32=None, positions=None)
-        out = _empty(prep.out_shape, args.q.dtype, args.q.device)
-        prep.launch(kernel, case, out)
-        return out
+        return RopeCase
 
-    def fallback(self, args: RopeArgs):
+    def run(self, kernel, prep: Prepared, args: RopeArgs, shape, run_shape):
+        case = prep.case(Q=args.q, K=args.k, COS=args.cos, SIN=args.sin, Q32=None, K32=None, positions=None)
+        q_out, k_out = torch.empty_like(args.q), torch.empty_like(args.k)  # contiguous: the inputs are
+        prep.launch(kernel, case, q_out, k_out)
+        return q_out, k_out
+
+    def fallback(self, ctx: Ctx, args: RopeArgs):
         from codegen.families.rope.numerics import rope32
 
         r = 2 * args.cos.shape[1]
         q = rope32(args.q.float(), args.cos, args.sin, r).to(args.q.dtype)
         k = rope32(args.k.float(), args.cos, args.sin, r).to(args.k.dtype)
-        return torch.cat((q.reshape(-1, q.shape[-1]), k.reshape(-1, k.shape[-1])))
+        return q.contiguous(), k.contiguous()
 
-    def fake(self, args: RopeArgs):
-        t, h, d = args.q.shape
-        return args.q.new_empty((t * h + t * args.k.shape[1], d))
+    def fake(self, ctx: Ctx, args: RopeArgs):
+        return args.q.new_empty(args.q.shape), args.k.new_empty(args.k.shape)
 
 
 # ---- attention: Q, O [batch, seq_q, heads, d]; K, V [batch, seq_kv, kv_heads, d] --------------------------------
 
-@dataclass(frozen=True)
-class AttentionArgs:
+class AttentionArgs(NamedTuple):
     q: object
     k: object
     v: object
@@ -482,15 +628,18 @@ class AttentionAdapter(Adapter):
     def workspaces(self, inst, run_shape: tuple) -> tuple:
         return tuple((tuple(s), torch.float32) for s in inst.workspace_shapes(run_shape))
 
-    def run(self, kernel, prep: Prepared, args: AttentionArgs, shape, run_shape):
+    def case_type(self):
         from codegen.families.attention.numerics import AttentionCase
 
-        case = AttentionCase(Q=args.q, K=args.k, V=args.v, workspace=prep.alloc_workspaces(args.q.device))
+        return AttentionCase
+
+    def run(self, kernel, prep: Prepared, args: AttentionArgs, shape, run_shape):
+        case = prep.case(Q=args.q, K=args.k, V=args.v, workspace=prep.alloc_workspaces(args.q.device))
         out = _empty(prep.out_shape, args.q.dtype, args.q.device)
         prep.launch(kernel, case, out)
         return out
 
-    def fallback(self, args: AttentionArgs):
+    def fallback(self, ctx: Ctx, args: AttentionArgs):
         import torch.nn.functional as F
 
         from codegen.families.attention.numerics import sdpa_mask
@@ -502,7 +651,7 @@ class AttentionAdapter(Adapter):
         o = F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=q.shape[1] != k.shape[1], **masking)
         return o.transpose(1, 2).contiguous()
 
-    def fake(self, args: AttentionArgs):
+    def fake(self, ctx: Ctx, args: AttentionArgs):
         return args.q.new_empty(args.q.shape)
 
 
@@ -511,6 +660,10 @@ ADAPTERS: dict[str, Adapter] = {
     "softmax": SoftmaxAdapter(),
     "rmsnorm": NormAdapter("rmsnorm"),
     "layernorm": NormAdapter("layernorm"),
+    "add_rmsnorm": NormAdapter("rmsnorm", residual=True),
+    "add_layernorm": NormAdapter("layernorm", residual=True),
+    "rmsnorm_fp8": NormAdapter("rmsnorm", quant=True),
+    "add_rmsnorm_fp8": NormAdapter("rmsnorm", residual=True, quant=True),
     "rope": RopeAdapter(),
     "attention": AttentionAdapter("prefill"),
     "attention_decode": AttentionAdapter("decode"),

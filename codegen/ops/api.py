@@ -5,6 +5,11 @@ Each callable is a thin wrapper over its custom op (codegen.ops.library); the cu
 (want, shape)), count it, then launch the kernel (compiled or loaded once per configuration and compile
 shape, codegen.ops.cache) or run the torch fallback -- with a FallbackWarning once per shape, or a
 NoKernelError in strict mode.
+
+The per-call cost is what decode pays on the host for every op, so the checks and the route are worked out once
+per call key -- each tensor's sizes, strides, dtype and device and the scalar arguments (adapters.call_key),
+everything the checks read -- and a later call of the same key is a dict lookup, a counter increment and the
+launch. A call of a new key is checked in full, and refused before anything runs if it must be.
 """
 
 from __future__ import annotations
@@ -20,7 +25,18 @@ import torch
 from codegen.columns import Column, markdown_table
 from codegen.hardware import Target
 from codegen.ops import library
-from codegen.ops.adapters import ADAPTERS, AttentionArgs, Ctx, GemmArgs, RopeArgs, RowArgs, Want, mask_name
+from codegen.ops.adapters import (
+    ADAPTERS,
+    AttentionArgs,
+    Ctx,
+    GemmArgs,
+    RopeArgs,
+    RowArgs,
+    SoftmaxArgs,
+    Want,
+    call_key,
+    mask_name,
+)
 from codegen.ops.cache import CacheEvent, OpsCache, PrecompileReport, local_environment, precompile
 from codegen.ops.dispatch import Candidate, Route, catalog, resolve
 from codegen.ops.errors import FallbackWarning, NoKernelError, OpsError, OpsInputError
@@ -74,6 +90,9 @@ class _Plan:
 
     op: str
     route: Route
+    shape: tuple
+    run: object  # the adapter's run (kernel, prepared, args, shape, run_shape) -> outputs
+    fallback: object  # the adapter's fallback (ctx, args) -> outputs
     kernel: object = None
     prepared: object = None  # codegen.ops.adapters.Prepared
     calls: int = 0
@@ -110,6 +129,7 @@ class Ops:
         self._catalog = catalog(files, target)
         self._routes: dict[tuple[Want, tuple], Route] = {}
         self._plans: dict[tuple[str, Want, tuple], _Plan] = {}  # what each (op, want, shape) runs, and its count
+        self._hot: dict[tuple, _Plan] = {}  # (op, call key) -> its plan: the calls already checked
         self._kernels: dict[tuple[str, tuple], object] = {}
         self._events: list[CacheEvent] = []
         self._failed: dict[tuple[str, tuple], str] = {}  # (uri, compile shape) -> why its compile failed
@@ -121,6 +141,9 @@ class Ops:
         leading dimensions as M. The bias (if any) is added by torch after the kernel."""
         if not x.is_contiguous():
             raise OpsInputError(f"tilegen.linear: x is not contiguous (strides {tuple(x.stride())}): pass .contiguous()")
+        if x.dim() == 2:
+            y = self.gemm(x, weight, layout="nt")
+            return y if bias is None else y + bias
         if x.dim() < 1:
             raise OpsInputError("tilegen.linear: x must have at least one dimension")
         y = self.gemm(x.reshape(-1, x.shape[-1]), weight, layout="nt")
@@ -141,11 +164,15 @@ class Ops:
             return self.run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
         return torch.ops.tilegen.gemm(a, b, layout, out_dtype, precision, self.handle)
 
-    def softmax(self, x):
-        """softmax over the last dimension, fp32 statistics."""
-        if _direct(x):
-            return self.run_op("softmax", RowArgs(x))
-        return torch.ops.tilegen.softmax(x, self.handle)
+    def softmax(self, x, *, scale: float | None = None, mask=None):
+        """softmax over the last dimension, fp32 statistics; with `scale` and/or an additive `mask` (x's dtype, x's
+        shape or [cols] for every row; -inf masks an element out) the softmax of the fp32 logits x * scale + mask,
+        served by the kernels of that scale and mask kind."""
+        if scale is not None:
+            scale = float(scale)
+        if _direct(x, mask):
+            return self.run_op("softmax", SoftmaxArgs(x, mask, scale))
+        return torch.ops.tilegen.softmax(x, mask, scale, self.handle)
 
     def rmsnorm(self, x, weight, eps: float):
         """x * rsqrt(mean(x^2) + eps) * weight over the last dimension (fp32 arithmetic, one rounding)."""
@@ -159,15 +186,38 @@ class Ops:
             return self.run_op("layernorm", RowArgs(x, weight, bias, float(eps)))
         return torch.ops.tilegen.layernorm(x, weight, bias, float(eps), self.handle)
 
+    def add_rmsnorm(self, x, residual, weight, eps: float):
+        """The residual add and the RMSNorm of the sum in one pass: s = x + residual (stored in x's dtype),
+        (rmsnorm(s, weight, eps), s) -- the normalised rows and the next block's residual."""
+        if _direct(x, residual, weight):
+            return self.run_op("add_rmsnorm", RowArgs(x, weight, None, float(eps), residual))
+        return torch.ops.tilegen.add_rmsnorm(x, residual, weight, float(eps), self.handle)
+
+    def add_layernorm(self, x, residual, weight, bias, eps: float):
+        """s = x + residual (x's dtype); (layernorm(s, weight, bias, eps), s)."""
+        if _direct(x, residual, weight, bias):
+            return self.run_op("add_layernorm", RowArgs(x, weight, bias, float(eps), residual))
+        return torch.ops.tilegen.add_layernorm(x, residual, weight, bias, float(eps), self.handle)
+
+    def rmsnorm_fp8(self, x, weight, eps: float):
+        """rmsnorm in the target's fp8 e4m3 with a per-token scale: (q, scale), y ~ q * scale, scale [..., 1] fp32 =
+        max(amax|y| / fp8_max, 2^-126) per row (the activations of a row-wise scaled fp8 GEMM)."""
+        if _direct(x, weight):
+            return self.run_op("rmsnorm_fp8", RowArgs(x, weight, None, float(eps)))
+        return torch.ops.tilegen.rmsnorm_fp8(x, weight, float(eps), self.handle)
+
+    def add_rmsnorm_fp8(self, x, residual, weight, eps: float):
+        """add_rmsnorm with rmsnorm_fp8's output: (q, scale, s)."""
+        if _direct(x, residual, weight):
+            return self.run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, float(eps), residual))
+        return torch.ops.tilegen.add_rmsnorm_fp8(x, residual, weight, float(eps), self.handle)
+
     def rope(self, q, k, cos, sin):
         """Rotary embedding (rotate_half, NeoX/Llama) of q [tokens, heads, head_dim] and k [tokens, kv_heads,
         head_dim] with cos, sin [tokens, rotary_dim/2] in fp32; (q_out, k_out), out of place."""
         if _direct(q, k, cos, sin):
-            out = self.run_op("rope", RopeArgs(q, k, cos, sin))
-        else:
-            out = torch.ops.tilegen.rope(q, k, cos, sin, self.handle)
-        nq = q.shape[0] * q.shape[1]
-        return out[:nq].view(q.shape), out[nq:].view(k.shape)
+            return self.run_op("rope", RopeArgs(q, k, cos, sin))
+        return torch.ops.tilegen.rope(q, k, cos, sin, self.handle)
 
     def attention(self, q, k, v, *, causal=False, scale: float | None = None):
         """softmax(scale * q.k^T [masked]) . v -- q, output [batch, seq_q, heads, head_dim], k, v [batch, seq_kv,
@@ -239,34 +289,49 @@ class Ops:
         return found
 
     def run_op(self, op: str, args):
-        """One call: check, route (once per (op, want, shape)), count, then the kernel or the fallback."""
-        adapter = ADAPTERS[op]
+        """One call: its plan (checked and routed once per call key), a count, then the kernel or the fallback."""
+        try:
+            key = (op, call_key(args))
+            plan = self._hot.get(key)
+        except TypeError:  # an argument that cannot be hashed: checked in full below (and refused)
+            key = plan = None
+        if plan is None:
+            plan = self._first_call(op, args, key)
+        plan.calls += 1
+        if plan.kernel is not None:
+            return plan.run(plan.kernel, plan.prepared, args, plan.shape, plan.route.run_shape)
+        if not plan.warned or self.strict:
+            self._fell_back(op, plan)
+        return plan.fallback(self._ctx, args)
+
+    def _first_call(self, op: str, args, key) -> _Plan:
+        """The checks (an OpsInputError here: nothing is remembered) and the plan of a call key not seen yet."""
+        adapter = self._adapter(op)
         want, shape = adapter.call(self._ctx, args)
         plan = self._plans.get((op, want, shape))
         if plan is None:
             plan = self._plan(op, want, shape)
-        plan.calls += 1
-        if plan.kernel is not None:
-            return adapter.run(plan.kernel, plan.prepared, args, shape, plan.route.run_shape)
-        self._fell_back(op, plan)
-        return adapter.fallback(args)
+        if key is not None:
+            self._hot[key] = plan
+        return plan
 
     def _plan(self, op: str, want: Want, shape: tuple) -> _Plan:
         route = self._route(want, shape)
-        plan = _Plan(op=op, route=route)
+        adapter = ADAPTERS[op]
+        plan = _Plan(op=op, route=route, shape=shape, run=adapter.run, fallback=adapter.fallback)
         if route.rendered is not None:
             plan.kernel = self._kernel(route)
             if plan.kernel is None:  # its compile failed: the route is now a fallback that says so
                 plan.route = self._routes[(want, shape)]
             else:
-                plan.prepared = ADAPTERS[op].prepare(route.rendered.instance, shape, route.run_shape)
+                plan.prepared = adapter.prepare(route.rendered.instance, shape, route.run_shape)
         self._plans[(op, want, shape)] = plan
         return plan
 
     def fake_op(self, op: str, args):
         adapter = self._adapter(op)
         adapter.call(self._ctx, args)
-        return adapter.fake(args)
+        return adapter.fake(self._ctx, args)
 
     def _fell_back(self, op: str, plan: _Plan) -> None:
         if plan.warned and not self.strict:
@@ -312,19 +377,28 @@ class Ops:
         return None
 
 
+_IS_COMPILING = torch.compiler.is_compiling
+_DISPATCH_MODES = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_FUNCTION_MODES = getattr(torch._C, "_is_torch_function_mode_enabled", None)
+_GRAD_ENABLED = torch.is_grad_enabled
+_TENSOR = torch.Tensor
+
+
 def _direct(*tensors) -> bool:
     """Whether a call may run its implementation without going through torch's dispatcher (whose Python custom-op
     machinery costs more than the dispatch itself): plain eager mode -- not tracing (torch.compile, export), no
-    torch-function or dispatch mode active, plain tensors (no fake or other subclass), nothing that autograd
-    would have to record. Otherwise the call is the custom op, and torch does what it does with one."""
-    if torch.compiler.is_compiling():
+    torch-function or dispatch mode active, plain tensors (no fake or other subclass; None for an absent optional
+    tensor), nothing that autograd would have to record. Otherwise the call is the custom op, and torch does what it
+    does with one."""
+    if _IS_COMPILING() or _DISPATCH_MODES is None or _FUNCTION_MODES is None or _DISPATCH_MODES() or _FUNCTION_MODES():
         return False
-    dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
-    function_modes = getattr(torch._C, "_is_torch_function_mode_enabled", None)
-    if dispatch_modes is None or function_modes is None or dispatch_modes() or function_modes():
-        return False
-    grad = torch.is_grad_enabled()
-    return all(type(t) is torch.Tensor and not (grad and t.requires_grad) for t in tensors)
+    grad = _GRAD_ENABLED()
+    for t in tensors:
+        if t is None:
+            continue
+        if type(t) is not _TENSOR or (grad and t.requires_grad):
+            return False
+    return True
 
 
 def _scale(scale):

@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from codegen.ops.adapters import AttentionArgs, GemmArgs, RopeArgs, RowArgs
+from codegen.ops.adapters import AttentionArgs, GemmArgs, RopeArgs, RowArgs, SoftmaxArgs
 from codegen.ops.errors import OpsError
 
 NAMESPACE = "tilegen"
@@ -52,13 +52,13 @@ def _(a, b, layout, out_dtype, precision, handle):
 
 
 @_op("softmax")
-def softmax(x: torch.Tensor, handle: int) -> torch.Tensor:
-    return lookup(handle).run_op("softmax", RowArgs(x))
+def softmax(x: torch.Tensor, mask: torch.Tensor | None, scale: float | None, handle: int) -> torch.Tensor:
+    return lookup(handle).run_op("softmax", SoftmaxArgs(x, mask, scale))
 
 
 @softmax.register_fake
-def _(x, handle):
-    return lookup(handle).fake_op("softmax", RowArgs(x))
+def _(x, mask, scale, handle):
+    return lookup(handle).fake_op("softmax", SoftmaxArgs(x, mask, scale))
 
 
 @_op("rmsnorm")
@@ -81,9 +81,57 @@ def _(x, weight, bias, eps, handle):
     return lookup(handle).fake_op("layernorm", RowArgs(x, weight, bias, eps))
 
 
+@_op("add_rmsnorm")
+def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(normed, x + residual)."""
+    return lookup(handle).run_op("add_rmsnorm", RowArgs(x, weight, None, eps, residual))
+
+
+@add_rmsnorm.register_fake
+def _(x, residual, weight, eps, handle):
+    return lookup(handle).fake_op("add_rmsnorm", RowArgs(x, weight, None, eps, residual))
+
+
+@_op("add_layernorm")
+def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                  handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(normed, x + residual)."""
+    return lookup(handle).run_op("add_layernorm", RowArgs(x, weight, bias, eps, residual))
+
+
+@add_layernorm.register_fake
+def _(x, residual, weight, bias, eps, handle):
+    return lookup(handle).fake_op("add_layernorm", RowArgs(x, weight, bias, eps, residual))
+
+
+@_op("rmsnorm_fp8")
+def rmsnorm_fp8(x: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp8 rows, fp32 scales [..., 1])."""
+    return lookup(handle).run_op("rmsnorm_fp8", RowArgs(x, weight, None, eps))
+
+
+@rmsnorm_fp8.register_fake
+def _(x, weight, eps, handle):
+    return lookup(handle).fake_op("rmsnorm_fp8", RowArgs(x, weight, None, eps))
+
+
+@_op("add_rmsnorm_fp8")
+def add_rmsnorm_fp8(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                    handle: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(fp8 rows, fp32 scales [..., 1], x + residual)."""
+    return lookup(handle).run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, eps, residual))
+
+
+@add_rmsnorm_fp8.register_fake
+def _(x, residual, weight, eps, handle):
+    return lookup(handle).fake_op("add_rmsnorm_fp8", RowArgs(x, weight, None, eps, residual))
+
+
 @_op("rope")
-def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, handle: int) -> torch.Tensor:
-    """Q_out and K_out in one buffer [tokens*heads + tokens*kv_heads, head_dim] (Ops.rope returns its views)."""
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+         handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q_out, K_out)."""
     return lookup(handle).run_op("rope", RopeArgs(q, k, cos, sin))
 
 
@@ -114,4 +162,5 @@ def _(q, k, v, mask, scale, handle):
     return lookup(handle).fake_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
 
 
-OPS = ("gemm", "softmax", "rmsnorm", "layernorm", "rope", "attention", "attention_decode")
+OPS = ("gemm", "softmax", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "rmsnorm_fp8", "add_rmsnorm_fp8", "rope",
+       "attention", "attention_decode")

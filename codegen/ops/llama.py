@@ -10,15 +10,20 @@ What is swapped, and what stays:
   (position_embeddings; rotate_half, the first half of each table row), and ops.attention (causal top-left
   over the tokens of the call) or, with a KVCache and one query token, ops.attention_decode over the cache;
 - the residual adds, the SiLU and the gate product stay transformers' torch code.
-The layer's forward is transformers' own, unchanged. Works with the forward signatures of transformers that
-pass position_embeddings=(cos, sin) to the layer (4.48 and later: cache passed as `cache`, `past_key_values`
-or `past_key_value`).
+The layer's forward is transformers' own, unchanged -- unless `fuse=True`: then the layer's forward is replaced
+by `fused_forward`, the same computation with the residual add after attention and post_attention_layernorm as
+one ops.add_rmsnorm (the sum is written for the MLP's residual and normalised in one pass); the layer's class
+becomes a subclass of its own (`Fused<name>`) whose forward has the original's signature and returns what it
+returned (a tensor, or a 1-tuple where the layer of the installed transformers returns one).
+Works with the forward signatures of transformers that pass position_embeddings=(cos, sin) to the layer (4.48
+and later: cache passed as `cache`, `past_key_values` or `past_key_value`).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -111,6 +116,10 @@ class TilegenRMSNorm(nn.Module):
     def forward(self, x):
         return self.ops.rmsnorm(x, self.weight, self.variance_epsilon)
 
+    def add(self, x, residual):
+        """The residual add before this norm and the norm, fused: (rmsnorm(x + residual), x + residual)."""
+        return self.ops.add_rmsnorm(x, residual, self.weight, self.variance_epsilon)
+
 
 class TilegenLlamaAttention(nn.Module):
     """LlamaAttention's forward on tilegen ops (the module docstring says which); returns what the original
@@ -180,9 +189,11 @@ def _attention_returns(layer: nn.Module) -> int:
     return len([t for t in found.group(1).split(",") if t.strip()]) if found else 2
 
 
-def patch_llama_layer(layer: nn.Module, ops) -> nn.Module:
+def patch_llama_layer(layer: nn.Module, ops, *, fuse: bool = False) -> nn.Module:
     """Route `layer`'s projections, RMSNorms, RoPE and attention through `ops`, in place (the same weight
-    Parameters; the module docstring lists the swaps); `layer` back. Eval only: attention dropout is refused."""
+    Parameters; the module docstring lists the swaps); `layer` back. Eval only: attention dropout is refused.
+    fuse: the layer's forward becomes `fused_forward` (the residual add after attention fused into
+    post_attention_layernorm: ops.add_rmsnorm)."""
     for name in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"):
         if not hasattr(layer, name):
             raise OpsError(f"{type(layer).__name__} has no {name}: not a LlamaDecoderLayer")
@@ -197,7 +208,83 @@ def patch_llama_layer(layer: nn.Module, ops) -> nn.Module:
     layer.post_attention_layernorm = TilegenRMSNorm(layer.post_attention_layernorm, ops)
     for name in ("gate_proj", "up_proj", "down_proj"):
         setattr(layer.mlp, name, TilegenLinear(getattr(layer.mlp, name), ops))
+    if fuse and not getattr(type(layer), "tilegen_fused", False):
+        layer.__class__ = _fused_class(type(layer))
     return layer
+
+
+class _FusedLayer:
+    """What the fused subclass of a decoder layer class adds (see `_fused_class`)."""
+
+    tilegen_fused: ClassVar[bool] = True
+    tilegen_returns_tuple: ClassVar[bool] = False  # the original forward returns (hidden_states,)
+    tilegen_signature: ClassVar[inspect.Signature]
+
+
+def fused_forward(layer: nn.Module, hidden_states, *args, **kwargs):
+    """transformers' LlamaDecoderLayer.forward (4.48 and later) with the residual add after attention and
+    post_attention_layernorm fused into one ops.add_rmsnorm:
+
+        residual = h;  h = input_layernorm(h);  h = self_attn(h, ...)
+        h, residual = add_rmsnorm(h, residual)     # transformers: h = residual + h; residual = h; h = norm(h)
+        h = residual + mlp(h)                      # _mlp_residual
+
+    The keyword arguments go to self_attn as transformers passes them (positional ones are bound to the original
+    signature's names first)."""
+    if args:
+        bound = layer.tilegen_signature.bind(layer, hidden_states, *args, **kwargs)
+        kwargs = {k: v for k, v in bound.arguments.items() if k not in ("self", "hidden_states")}
+        for name, p in layer.tilegen_signature.parameters.items():
+            if p.kind is inspect.Parameter.VAR_KEYWORD:
+                kwargs.update(kwargs.pop(name, {}))
+    residual = hidden_states
+    h = layer.input_layernorm(hidden_states)
+    h = layer.self_attn(hidden_states=h, **kwargs)[0]
+    h, residual = layer.post_attention_layernorm.add(h, residual)
+    h = _mlp_residual(layer, h, residual)
+    if not layer.tilegen_returns_tuple:
+        return h
+    return (h, None) if kwargs.get("output_attentions") else (h,)
+
+
+def _mlp_residual(layer: nn.Module, h, residual):
+    """The MLP and the residual add that closes the layer: residual + mlp(h) (gate_proj, up_proj, the SiLU product
+    and down_proj, as the patched module computes them). This is the one place a fused gated-MLP GEMM and a down
+    projection with the residual in its epilogue replace."""
+    return residual + layer.mlp(h)
+
+
+_FUSED_CLASSES: dict[type, type] = {}
+
+
+def _fused_class(cls: type) -> type:
+    """`Fused<cls>`: cls with `fused_forward` as its forward, under the original forward's signature (what
+    inspect, cache_kwarg and callers read) and returning what it returned; one per class."""
+    found = _FUSED_CLASSES.get(cls)
+    if found is not None:
+        return found
+    signature = inspect.signature(cls.forward)
+
+    def forward(self, hidden_states, *args, **kwargs):
+        return fused_forward(self, hidden_states, *args, **kwargs)
+
+    forward.__signature__ = signature
+    forward.__doc__ = fused_forward.__doc__
+    found = type(f"Fused{cls.__name__}", (_FusedLayer, cls),
+                 {"forward": forward, "__module__": __name__, "tilegen_signature": signature,
+                  "tilegen_returns_tuple": _returns_tuple(cls)})
+    _FUSED_CLASSES[cls] = found
+    return found
+
+
+def _returns_tuple(cls: type) -> bool:
+    """Whether cls.forward returns a tuple (`return outputs`, as older transformers do) rather than the hidden
+    states, read from its source; False (the tensor) when the source cannot be read."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return False
+    return re.search(r"^\s*return\s+outputs\b", source, re.MULTILINE) is not None
 
 
 def cache_kwarg(layer: nn.Module) -> str:

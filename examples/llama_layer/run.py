@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """One Llama-3-8B decoder layer -- transformers' own LlamaDecoderLayer, random weights -- run as transformers
-wrote it and with every projection, both RMSNorms, RoPE and attention routed through this project's tilegen ops
-(tilegen.patch_llama_layer). In one run:
+wrote it, with every projection, both RMSNorms, RoPE and attention routed through this project's tilegen ops
+(tilegen.patch_llama_layer), and the same with the residual add after attention fused into post_attention_layernorm
+(patch_llama_layer(fuse=True): ops.add_rmsnorm). In one run:
 
 1. compiles the project's kernels in parallel into examples/llama_layer/.cache/ops (loads them when cached);
-2. checks both layers against an fp32 reference of the same layer (same weights, same inputs) within a modelled
+2. checks the three layers against an fp32 reference of the same layer (same weights, same inputs) within a modelled
    tolerance, prefill and decode, and two negative controls (one op broken on purpose) that must fail it;
 3. shows every op call's route (tuned / spec / bucket / dynamic / fallback) and a dispatch check at odd shapes;
-4. times prefill (batch 1 x 2048 tokens) and decode (batch 16 x 1 token over a 4096-position KV cache) for both
-   layers in eager mode, under torch.compile and replayed as a CUDA graph, and counts torch.compile's graph
+4. times prefill (batch 1 x 2048 tokens) and decode (batch 16 x 1 token over a 4096-position KV cache) for the
+   three layers in eager mode, under torch.compile and replayed as a CUDA graph, and counts torch.compile's graph
    breaks of the tilegen layer;
 5. measures the first calls of a fresh process (kernels loaded from the cache, not compiled);
 6. prints the tables and writes reports/llama_layer_<device>.json and .md beside this file.
@@ -93,6 +94,7 @@ SMOKE_MODEL = Model(hidden=512, heads=4, kv_heads=2, head_dim=128, mlp=1024)
 SMOKE_WORKLOADS = (Workload(phase="prefill", batch=1, tokens=128, cache=0),
                    Workload(phase="decode", batch=2, tokens=1, cache=256))
 DEVICE = "cuda"  # "cpu" in a --smoke run
+FUSED_ROW = "tilegen ops, fused add+RMSNorm"  # the timing table's row of patch_llama_layer(fuse=True)
 DROPPED_K = 64  # the negative control's dropped K columns of down_proj: one K tile of the prefill GEMM (block_k 64)
 
 
@@ -373,6 +375,7 @@ def main(argv=None) -> int:
     # 2. correctness
     layer, rotary = build_layer(model, seed=args.seed, device=DEVICE)
     ours = patch_llama_layer(copy.deepcopy(layer), ops)
+    fused = patch_llama_layer(copy.deepcopy(layer), ops, fuse=True)
     ref_layer = copy.deepcopy(layer).float()
     broken = {name: patch_llama_layer(copy.deepcopy(layer), make(ops, model)) for name, make in CONTROLS.items()}
     inputs = {w.phase: make_inputs(model, w, rotary, seed=args.seed, device=DEVICE) for w in workloads}
@@ -388,7 +391,11 @@ def main(argv=None) -> int:
                 hf = call_layer(layer, inp.x, inp.pe, make_cache(model, w, inp, "bhsd", torch.bfloat16))
                 tg = call_layer(ours, inp.x, inp.pe, make_cache(model, w, inp, "bshd", torch.bfloat16))
                 routes = ops.stats()
-                rows = [compare("transformers (bf16)", hf, ref, h, tol), compare("tilegen (bf16)", tg, ref, h, tol)]
+                ops.reset_stats()
+                tf = call_layer(fused, inp.x, inp.pe, make_cache(model, w, inp, "bshd", torch.bfloat16))
+                routes_fused = ops.stats()
+                rows = [compare("transformers (bf16)", hf, ref, h, tol), compare("tilegen (bf16)", tg, ref, h, tol),
+                        compare("tilegen fused add+RMSNorm (bf16)", tf, ref, h, tol)]
                 for name, bad_layer in broken.items():
                     out = call_layer(bad_layer, inp.x, inp.pe, make_cache(model, w, inp, "bshd", torch.bfloat16))
                     rows.append(compare(f"control: {name}", out, ref, h, tol) | {"control": True})
@@ -407,7 +414,10 @@ def main(argv=None) -> int:
                       f"{r['mismatches']} of {r['elements']} over")
             ops.reset_stats()
             report.setdefault("routes", {})[w.phase] = [asdict(s) for s in routes]
+            report.setdefault("routes_fused", {})[w.phase] = [asdict(s) for s in routes_fused]
             print(f"\nroutes of the tilegen layer ({w.phase}, one call):\n{stats_table(routes)}")
+            fused_rows = [s for s in routes_fused if s.op == "add_rmsnorm"]
+            print(f"routes of the fused layer's add_rmsnorm ({w.phase}):\n{stats_table(fused_rows)}")
     report["checks"] = checks
     report["fallback_warnings"] = sorted({str(c.message) for c in caught if c.category is tilegen.FallbackWarning})
 
@@ -448,7 +458,8 @@ def main(argv=None) -> int:
         iters = args.iters or (30 if w.phase == "prefill" else 200)
         inp = inputs[w.phase]
         base: dict[str, float] = {}
-        for who, module, layout in (("transformers", layer, "bhsd"), ("tilegen", ours, "bshd")):
+        for who, module, layout in (("transformers", layer, "bhsd"), ("tilegen", ours, "bshd"),
+                                    (FUSED_ROW, fused, "bshd")):
             cache = make_cache(model, w, inp, layout, torch.bfloat16)
 
             def call(mod=module, cache=cache, inp=inp):

@@ -242,10 +242,13 @@ def rope_out_shape(inst, shape) -> tuple[int, int]:
     return (t * h + t * kvh, inst.head_dim)
 
 
-def rope_launch(kernel, case: RopeCase, out) -> None:
-    """Q_out and K_out are the two contiguous parts of `out` (see the module docstring)."""
-    nq = case.Q.shape[0] * case.Q.shape[1]
-    kernel(case.Q, case.K, case.COS, case.SIN, out[:nq].view(case.Q.shape), out[nq:].view(case.K.shape))
+def rope_launch(kernel, case: RopeCase, out, k_out=None) -> None:
+    """Q_out and K_out are the two contiguous parts of `out` (see the module docstring), or, with `k_out`, `out`
+    is Q_out (the ops allocate the two apart)."""
+    if k_out is None:
+        nq = case.Q.shape[0] * case.Q.shape[1]
+        out, k_out = out[:nq].view(case.Q.shape), out[nq:].view(case.K.shape)
+    kernel(case.Q, case.K, case.COS, case.SIN, out, k_out)
 
 
 def tolerance(inst, shape, run_target: Target) -> RowTolerance:
