@@ -4,11 +4,12 @@ stages (codegen.tune).
 1. verify every survivor, the hand configuration included (codegen.gpurun.verify_all: the spec's shapes and
    the family's edge shapes, negative controls included). A candidate with any case not `verified` (failed,
    vacuous, error) can never be selected; it is listed with its statuses.
-2. successive halving (eta = 2) over bench rounds (codegen.gpurun.bench_all: L2 flushed, median, torch eager /
-   torch.compile / the vendor baseline in the same run): each round times every remaining candidate at every
-   shape; candidates are scored by the geometric mean over shapes of (their median of all rounds so far / the
-   best of that shape); the better half goes on, the hand configuration always; it stops at two candidates, when
-   a round would not be smaller, or when the budget is spent (after at least one round). Deterministic: no random sampling, no seed.
+2. successive halving (eta = 2) over bench rounds (codegen.gpurun.bench_all: L2 flushed, median; torch eager /
+   torch.compile / the vendor baseline timed in the first round, in the same run): each round times every
+   remaining candidate at every shape; candidates are scored by the geometric mean over shapes of (their median of
+   all rounds so far / the best of that shape); the better half goes on, the hand configuration always; it stops
+   at two candidates, when a round would not be smaller, or when the next round would overrun the budget (its
+   time estimated from the last round's; at least one round is run). No random sampling, no seed.
 3. per shape, the finalists ordered by their median time: the winner and the runner-up, beside the hand
    configuration and the baselines, go to the lockfile (codegen.lockfile) of this target and device.
 
@@ -76,16 +77,19 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     rounds: list[dict[str, object]] = []
     start = time.monotonic()
     while True:
+        round_start = time.monotonic()
+        # torch's baselines (eager and torch.compile: the slow part of a round) are timed in the first round
+        # only, beside the hand configuration: every later round times the candidates alone
+        beside = frozenset() if rounds else frozenset({next((p.uri for p in alive if p.uri == hand_uri), alive[0].uri)})
         brep = bench_all([files[p.uri] for p in alive], gpu, jobs=jobs, timeout_s=timeout_s, ray=ray,
-                         baselines_for=frozenset({next((p.uri for p in alive if p.uri == hand_uri), alive[0].uri)}),
-                         on_event=on_event)
+                         baselines_for=beside, on_event=on_event)
         for row in brep.rows:
             shape = tuple(row["shape"])
             if row["status"] != "ok" or not row["kernel"]:
                 bench_errors.setdefault(row["uri"], row["error"] or row["status"])
                 continue
             times.setdefault((row["uri"], shape), []).append(float(row["kernel"]["median_ms"]))
-            if row["baselines"]:  # beside the hand configuration only; the latest round's
+            if row["baselines"]:  # beside the hand configuration, in the first round
                 baselines[shape] = {k: float(v["median_ms"]) for k, v in row["baselines"].items()}
         alive = [p for p in alive if p.uri not in bench_errors]
         if not alive:
@@ -100,11 +104,16 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         alive.sort(key=lambda p: (score(p), p.uri))
         rounds.append({"candidates": len(alive), "elapsed_s": round(time.monotonic() - start, 1),
                        "scores": {p.uri: round(score(p), 4) for p in alive}})
-        if len(alive) <= 2 or time.monotonic() - start > budget_s:
+        if len(alive) <= 2:
             break
         keep = alive[: math.ceil(len(alive) / 2)]
         keep += [p for p in alive if p.uri == hand_uri and p not in keep]
         if len(keep) >= len(alive):  # the hand configuration kept beside the better half: no smaller round
+            break
+        # the next round would time len(keep) of this round's len(alive) candidates: start it only if it
+        # should end within the budget (a round cut short by the caller's deadline keeps nothing)
+        last_s = time.monotonic() - round_start
+        if time.monotonic() - start + last_s * len(keep) / len(alive) > budget_s:
             break
         alive = keep
     versions = local_versions() | gpu_versions(gpu)

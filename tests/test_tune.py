@@ -448,3 +448,48 @@ def test_a_top_level_amd_only_value_does_not_break_the_sm90_hand_configuration()
     (ls,) = parse_specs(text, FILE)
     part = constrain(ls, Target.SM_90, expand(ls.spec, Target.SM_90))
     assert len(part.files) == 2 and not part.rejected_by_rule  # stages 2 (the hand configuration) and 3
+
+
+def test_measured_rounds_time_torch_once_and_never_start_a_round_past_the_budget(monkeypatch):
+    """Halving over 8 candidates: torch's baselines are asked for in the first round only, and a round whose
+    estimated time (the last round's, scaled by the candidates left) would overrun the budget is not started."""
+    from codegen import gpurun, tune_measure
+    from codegen.tune import TuneResult
+    from codegen.tune_measure import measure
+
+    ls = loaded(SM90)
+    points = [(("pipeline.stages", s), ("swizzle_panel", w)) for s in (2, 3, 4) for w in (4, 8, 16)]
+    part = constrain(ls, Target.SM_90, points)
+    result = TuneResult(spec_name="g", spec_file=FILE, target=Target.SM_90, loaded=ls,
+                        space=(("pipeline.stages", (2, 3, 4)), ("swizzle_panel", (4, 8, 16))), part=part, ranked=None)
+    uris = sorted(result.part.files)
+    ms = {u: 1.0 + i / 10 for i, u in enumerate(uris)}
+    clock = [0.0]
+    monkeypatch.setattr(tune_measure.time, "monotonic", lambda: clock[0])
+    asked = []
+
+    def verify_all(files, gpu, **kw):
+        return gpurun.VerifyReport(gpu={}, cases=[{"uri": f.uri, "status": "verified", "error": ""} for f in files])
+
+    def bench_all(files, gpu, **kw):
+        asked.append((len(files), set(kw["baselines_for"])))
+        clock[0] += 10.0 * len(files)  # 10 s a candidate
+        rows = [{"uri": f.uri, "shape": s, "status": "ok", "error": "", "kernel": {"median_ms": ms[f.uri]},
+                 "baselines": {"torch": {"median_ms": 1.2}} if f.uri in kw["baselines_for"] else {}}
+                for f in files for s in f.instance.shapes]
+        return gpurun.BenchReport(gpu={}, copy_gbps=1.0, flush_bytes=1, rows=rows)
+
+    monkeypatch.setattr(gpurun, "verify_all", verify_all)
+    monkeypatch.setattr(gpurun, "bench_all", bench_all)
+    gpu = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90, torch_version="2.8.0", runtime_version="CUDA 12.8",
+                          devices=("0",))
+    n = len(uris)
+    assert n >= 8
+    doc, _ = measure(result, gpu, budget_s=10_000, jobs=1, timeout_s=10)
+    assert asked[0] == (n, {part.hand.uri}) and all(b == set() for _, b in asked[1:]) and len(asked) > 2
+    assert doc["shapes"][0]["speedup_vs_baselines"]  # the first round's torch figures are kept
+    # a budget that holds the first round and not the second: one round, not two
+    asked.clear()
+    first_s = 10.0 * n
+    measure(result, gpu, budget_s=first_s + 10.0 * (n // 2) - 1, jobs=1, timeout_s=10)
+    assert len(asked) == 1
