@@ -72,6 +72,8 @@ def spec_text(traits: frozenset[str], target: Target) -> str:
     spec = dict(BASE, targets=[target.value], shapes=[shape(traits)])
     for t in sorted(traits):
         spec.update(SPEC_OF[t])
+    if {"gemv", "fp32"} <= traits:  # 4-element fp32 vectors: twice the lanes along K (rule gemv_shape)
+        spec["tiling"] = dict(spec["tiling"], threads=256)
     return yaml.safe_dump([spec], sort_keys=False)
 
 

@@ -225,8 +225,9 @@ class GemmInstance(InstanceBase):
 
     def stem(self) -> str:
         a, _, out, _ = self.spec_dtypes
-        if self.structure == Structure.GEMV.value:
-            parts = [f"gemv_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
+        if Structure(self.structure).is_gemv:
+            prefix = "gemvn" if self.structure == Structure.GEMV_N.value else "gemv"
+            parts = [f"{prefix}_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
                      f"t{self.threads}"] + [f"u{self.unroll}"] * (self.unroll > 1)
             return "_".join(parts) + tail_tag(self.tail)
         parts = [f"gemm_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
@@ -288,8 +289,10 @@ class GemmInstance(InstanceBase):
                  "product_expr": f"{'A^T' if self.trans_a else 'A'} @ {'B^T' if self.trans_b else 'B'}",
                  "a_shape": "(K, M)" if self.trans_a else "(M, K)", "b_shape": "(N, K)" if self.trans_b else "(K, N)",
                  "predicated": self.tail != TailPolicy.NONE}
-        if self.structure == Structure.GEMV.value:
-            return frame | {"structure_partial": GEMV_PARTIAL, "title_note": ", small M", "kernel_args": [],
+        if Structure(self.structure).is_gemv:
+            small_n = self.structure == Structure.GEMV_N.value
+            return frame | {"structure_partial": GEMV_PARTIAL, "title_note": ", small N" if small_n else ", small M",
+                            "kernel_args": [], "small_n": small_n, "b_k_contiguous": self.trans_b,
                             "kernel_doc": f"The prim_func for one problem size (tail policy: {tail}).",
                             "lanes_k": self.block_k // self.vector}
         return frame | self._staging_vars() | self._mainloop_vars() | self._scheduler_vars() | self._epilogue_vars() | {
@@ -527,6 +530,8 @@ class GemmInstance(InstanceBase):
         bm, bn = self.block_m, self.block_n
         if self.structure == Structure.GEMV.value:
             return ((-(-n // bn), 1, 1),)
+        if self.structure == Structure.GEMV_N.value:
+            return ((-(-m // bm), 1, 1),)
         kt = -(-k // self.block_k)
         grids = [(kt, -(-m // bm), 1), (kt, -(-n // bn), 1)] if self.workspace else []
         full_m, full_n = m // bm, n // bn
@@ -642,7 +647,7 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     hw = target.hw
     tuning, _ = spec.tuning_for(target.target)
     t = tuning.tiling
-    gemv = tuning.structure == Structure.GEMV
+    gemv = tuning.structure.is_gemv
     # gemv has no LDS pipeline, MMA warp split, rasterisation or MFMA packing: those tunables do not apply
     # and are normalised, so that points differing only in them are one kernel
     stages = 0 if gemv else tuning.pipeline.stages

@@ -172,6 +172,11 @@ def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
             return [(bm, bn, bk), (3 * bm, 2 * bn, 5 * bk), (rows * bm, 2 * bn, bk)]
         return [(1, 1, 1), (bm + 1, bn - 1, bk + 1), (2 * bm - 1, 2 * bn + 1, 3 * bk - 1),
                 (rows * bm - 1, 2 * bn - 1, bk + 1)]
+    if inst.vector and inst.structure == "gemv_n":  # gemv_n: gemv's shapes with the roles of m and n swapped
+        v = inst.vector
+        if inst.tail == TailPolicy.NONE:
+            return [(bm, 1, bk), (3 * bm, bn, 5 * bk)]
+        return [(1, 1, v), (bm + 1, bn, bk + v), (2 * bm - 1, max(1, bn - 1), 3 * bk - v)]
     if inst.vector:  # gemv: every m up to block_m, k in whole vectors (rule gemv_shape); one step, one round short
         v = inst.vector
         if inst.tail == TailPolicy.NONE:

@@ -32,8 +32,8 @@ from codegen.yamlsrc import format_path
 GemmContext = TunedContext[GemmSpec, GemmTuning]
 
 
-GEMV_MAX_M = 16  # the small-M path holds every row of A's products in each lane's registers
-GEMV_DTYPES = (DType.FP16, DType.BF16)
+GEMV_MAX_M = 16  # the small-M path holds every row of A's products in each lane's registers (gemv_n: of B's columns)
+GEMV_DTYPES = (DType.FP16, DType.BF16, DType.FP32)
 VECTOR_BYTES = 16  # one global load per lane
 
 
@@ -63,7 +63,7 @@ def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
     pipeline's buffers (the lowered source places it at offset 0 with them) -- the larger of the two counts.
     gemv: its lanes load straight into registers; only the cross-lane sum takes one fp32 a thread, on targets
     whose reductions go through LDS."""
-    if tuning.structure == Structure.GEMV:
+    if tuning.structure.is_gemv:
         return tuning.tiling.threads * 4 if target.reduce_workspace_in_lds else 0
     t = tuning.tiling
     b_tiles = 2 if spec.gate is not None else 1  # the gate: B's and B_UP's tiles in every stage
@@ -124,7 +124,7 @@ def _fp32(c: GemmContext) -> bool:
 
 
 TRAITS: dict[str, Trait] = {
-    "gemv": Trait(name="structure gemv", field="structure", on=lambda c: c.tuning.structure == Structure.GEMV),
+    "gemv": Trait(name="structure gemv / gemv_n", field="structure", on=lambda c: c.tuning.structure.is_gemv),
     "fp32": Trait(name="fp32 inputs (precision ieee)", field="dtypes.a",
                   on=lambda c: _fp32(c) and c.spec.precision == Precision.IEEE),
     "tf32": Trait(name="precision tf32 / 3xtf32", field="precision",
@@ -161,9 +161,8 @@ class Unsupported:
 # The GEMM combinations that are not supported, and why: every other combination of TRAITS renders and lowers
 # for gfx942 and sm_90 (tests/test_gemm_traits.py enumerates every pair).
 UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
-    Unsupported(traits=("fp32", "gemv"), why="gemv's lanes form fp16 / bf16 products of 16-byte vectors; fp32 "
-                                             "inputs take structure tiled"),
-    Unsupported(traits=("tf32", "gemv"), why="gemv uses no tensor cores to round for: use structure tiled"),
+    Unsupported(traits=("tf32", "gemv"), why="gemv's lanes multiply in true fp32 (no tensor cores to round for): "
+                                             "use precision ieee"),
     Unsupported(traits=("gemv", "transposed_b"), why="gemv stages no B tile in LDS"),
     Unsupported(traits=("gemv", "split_k"), why="gemv's lanes of a column share K already, and it has no output tile "
                                                 "to split"),
@@ -327,6 +326,8 @@ def tail_policy(c: GemmContext) -> Iterator[Violation]:
         dims = (("m", s.m, "block_m", t.block_m), ("n", s.n, "block_n", t.block_n), ("k", s.k, "block_k", t.block_k))
         if c.tuning.structure == Structure.GEMV:
             dims = dims[1:]  # gemv serves all of M in each workgroup (rule gemv_shape)
+        elif c.tuning.structure == Structure.GEMV_N:
+            dims = dims[:1] + dims[2:]  # gemv_n serves all of N in each workgroup
         ragged = [f"{d}={v} is not a multiple of {b}={bv}" for d, v, b, bv in dims if v % bv]
         if ragged:
             yield Violation(rule="tail_policy", path=("shapes", i), value=None,
@@ -440,39 +441,56 @@ def edge_offset_index_width(c: GemmContext) -> Iterator[Violation]:
 
 
 def gemv_shape(c: GemmContext) -> Iterator[Violation]:
-    """Rule gemv_shape: the small-M structure streams B's rows (N x K, K contiguous: layout nt) in 16-byte
-    vectors, block_k // vector lanes to a column of C (a power of two within one wave, which sums them with a
-    cross-lane reduction), block_n columns a workgroup, every row of A (m <= block_m <= 16) in registers."""
+    """Rule gemv_shape: the matrix-vector structures stream the large operand's rows along K in 16-byte
+    vectors, block_k // vector lanes to an element of C (a power of two within one wave, which sums them with
+    a cross-lane reduction), and hold the small operand's rows in registers. gemv (small M): B's rows (N x K, K
+    contiguous: layout nt), block_n columns a workgroup, every row of A (m <= block_m <= 16). gemv_n (small N):
+    A's rows (M x K, K contiguous: layouts nn and nt), block_m rows a workgroup, every column of B
+    (n <= block_n <= 16)."""
+    if TRAITS["tf32"].on(c):  # refused beside a gemv structure (rule unsupported_combination): the one message
+        return
     t, hw = c.tuning.tiling, c.hw
     vec = gemv_vector(c.spec)
-    if c.spec.layout != Layout.NT:
+    small_n = c.tuning.structure == Structure.GEMV_N
+    if small_n and c.spec.layout.trans_a:
+        yield Violation(rule="gemv_shape", path=("layout",), value=c.spec.layout.value,
+                        message="structure gemv_n streams A's rows along K: use layout nn or nt (A: M x K)")
+    if not small_n and c.spec.layout != Layout.NT:
         yield Violation(rule="gemv_shape", path=("layout",), value=c.spec.layout.value,
                         message="structure gemv streams B's rows along K: use layout nt (A: M x K, B: N x K)")
     if c.spec.dtypes.a not in GEMV_DTYPES:
-        if blocked(c, "gemv"):  # fp32 inputs: rule unsupported_combination
+        if blocked(c, "gemv"):
             return
         yield Violation(rule="gemv_shape", path=("dtypes", "a"), value=c.spec.dtypes.a.value,
-                        message=f"structure gemv takes {' or '.join(d.value for d in GEMV_DTYPES)} inputs")
+                        message=f"structure {c.tuning.structure.value} takes "
+                                f"{', '.join(d.value for d in GEMV_DTYPES)} inputs")
         return
-    if t.block_m > GEMV_MAX_M:
-        yield Violation(rule="gemv_shape", path=c.at("tiling", "block_m"), value=t.block_m,
-                        message=f"structure gemv keeps every row of A in registers: at most {GEMV_MAX_M} rows")
+    # the side held in registers (rows of A, or columns of B) and the side each workgroup owns a block of
+    held, held_block, owned_block = ("n", "block_n", "block_m") if small_n else ("m", "block_m", "block_n")
+    what = "column of B" if small_n else "row of A"
+    if getattr(t, held_block) > GEMV_MAX_M:
+        yield Violation(rule="gemv_shape", path=c.at("tiling", held_block), value=getattr(t, held_block),
+                        message=f"structure {c.tuning.structure.value} keeps every {what} in registers: at most "
+                                f"{GEMV_MAX_M} {what.split(' of ')[0]}s")
     for i, s in enumerate(c.spec.shapes):
-        if s.m > t.block_m:
+        if getattr(s, held) > getattr(t, held_block):
             yield Violation(rule="gemv_shape", path=("shapes", i), value=None,
-                            message=f"m={s.m} is over tiling.block_m={t.block_m}, the rows one gemv workgroup serves")
+                            message=f"{held}={getattr(s, held)} is over tiling.{held_block}={getattr(t, held_block)}, "
+                                    f"the {what.split(' of ')[0]}s one {c.tuning.structure.value} workgroup serves")
         if s.k % vec:
             yield Violation(rule="gemv_shape", path=("shapes", i), value=None,
-                            message=f"k={s.k} is not a multiple of {vec}: gemv loads K in {VECTOR_BYTES}-byte vectors")
+                            message=f"k={s.k} is not a multiple of {vec}: {c.tuning.structure.value} loads K in "
+                                    f"{VECTOR_BYTES}-byte vectors")
     lanes = t.block_k // vec
     if t.block_k % vec or lanes & (lanes - 1) or lanes > hw.wave_lanes:
         yield Violation(rule="gemv_shape", path=c.at("tiling", "block_k"), value=t.block_k,
                         message=f"must be {vec} (one {VECTOR_BYTES}-byte vector) times a power of two up to "
-                                f"{hw.wave_lanes} (the lanes of one {hw.wave_word} that sum a column)")
-    elif t.threads != lanes * t.block_n:
+                                f"{hw.wave_lanes} (the lanes of one {hw.wave_word} that sum a {'row' if small_n else 'column'})")
+    elif t.threads != lanes * getattr(t, owned_block):
         yield Violation(rule="gemv_shape", path=c.at("tiling", "threads"), value=t.threads,
-                        message=f"must be block_n * block_k / {vec} = {lanes * t.block_n}: one lane per vector "
-                                "of a K step, for each of the block's columns")
+                        message=f"must be {owned_block} * block_k / {vec} = {lanes * getattr(t, owned_block)}: one "
+                                f"lane per vector of a K step, for each of the block's "
+                                f"{'rows' if small_n else 'columns'}")
 
 
 def gemv_unroll(c: GemmContext) -> Iterator[Violation]:
@@ -693,5 +711,5 @@ def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:
     """Every GEMM legality rule of the structure the spec asks for on one target."""
     tuning, origin = spec.tuning_for(target.target)
     ctx = GemmContext(spec=spec, target=target, tuning=tuning, origin=origin)
-    rules = GEMV_RULES if tuning.structure == Structure.GEMV else GEMM_RULES
+    rules = GEMV_RULES if tuning.structure.is_gemv else GEMM_RULES
     return [v for rule in rules for v in rule(ctx)]

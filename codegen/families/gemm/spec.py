@@ -56,10 +56,19 @@ class Structure(StrEnum):
     LDS/shared memory. gemv: the small-M path (M <= 16, layout nt) -- no matrix cores; each workgroup owns
     block_n columns of C, its lanes stream B's rows along K in 16-byte vectors (block_k elements of K per
     step across the lanes of a column), every row of A is applied to each vector, and the lanes of a column
-    sum their partials with a cross-lane reduction: B, the large operand, is read once."""
+    sum their partials with a cross-lane reduction: B, the large operand, is read once. gemv_n: the same with
+    the operands' roles swapped, the small-N path (N <= 16: a matrix-vector product A @ x, a narrow head) --
+    each workgroup owns block_m rows of C, its lanes stream A's rows, and every column of B is applied to each
+    vector: A is read once."""
 
     TILED = "tiled"
     GEMV = "gemv"
+    GEMV_N = "gemv_n"
+
+    @property
+    def is_gemv(self) -> bool:
+        """No MMA tiles and no LDS pipeline: one of the two matrix-vector structures."""
+        return self is not Structure.TILED
 
 
 class GridPolicy(StrEnum):
@@ -331,7 +340,7 @@ STARTER = """\
   swizzle_panel: 0          # 0 = off; else a power of two: block rasterization panel for L2 reuse
   k_pack: 1                 # gfx942 only: 1 or 2 MFMA ops packed along K
   # lds_layout: natural     # gfx942/gfx950, layouts nn/tn: natural | transposed_b (B written into LDS as N x K)
-  structure: tiled          # tiled | gemv (M <= 16, layout nt: B streamed once, no matrix cores)
+  structure: tiled          # tiled | gemv (M <= 16, layout nt: B read once) | gemv_n (N <= 16: A read once)
   # grid: tiles             # tiled: tiles (a workgroup per output tile) | persistent (one per CU/SM slot, looping)
   # b_eviction: normal      # sm_90: normal | first | last -- L2 priority of B's TMA loads (first: a weight read <= 2x)
   # epilogue: direct        # sm_90: direct | shared -- C through a shared-memory tile and TMA stores
