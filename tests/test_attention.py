@@ -556,7 +556,7 @@ def test_fa3_instance_and_the_other_schedules_keep_their_names():
     assert inst.metadata("u")["fa3"] == {"consumer_warpgroups": 2, "producer_max_nreg": 24, "consumer_max_nreg": 240}
     assert "ws" not in inst.metadata("u")
     # named barriers from the top of the 16: ping-pong gates 15, 14, then the epilogues' 13, 12
-    assert inst.fa3_barriers() == {"gate_ids": (15, 14), "epilogue_ids": (13, 12)}
+    assert inst.fa3_vars() == {"gate_ids": (15, 14), "epilogue_ids": (13, 12), "producer_threads": 32}
     (ws,) = build_instances(parse_specs(WS, FILE))
     assert ws.stem() == "attn_fp16_d128_128x64_t384_s2_ws" and ws.uri() != inst.uri()
     # three consumers (block_m 192, 512 threads), a ring of 4 slots at d64
@@ -564,7 +564,7 @@ def test_fa3_instance_and_the_other_schedules_keep_their_names():
                                                 "stages: 2", "stages: 4")
                                            .replace("seq_q: 512", "seq_q: 576").replace("head_dim: 128", "head_dim: 64"), FILE))
     assert (three.ws_consumers, three.ws_consumer_nreg, three.stages) == (3, 160, 4)
-    assert three.fa3_barriers() == {"gate_ids": (15, 14, 13), "epilogue_ids": (12, 11, 10)}
+    assert three.fa3_vars() == {"gate_ids": (15, 14, 13), "epilogue_ids": (12, 11, 10), "producer_threads": 32}
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from codegen.families.attention.rules import (
+    FA3_PRODUCER_THREADS,
     NAMED_BARRIERS,
     VECTOR_BYTES,
     WARP_SPECIALIZED,
@@ -142,14 +143,16 @@ class AttentionInstance(InstanceBase):
             "consumers": tuple(range(self.ws_consumers)),
             "warpgroup_threads": WS_WARPGROUP_THREADS,
             "rows_per_consumer": WS_ROWS_PER_CONSUMER,
-            **(self.fa3_barriers() if self.schedule == AttentionSchedule.FA3 else {}),
+            **(self.fa3_vars() if self.schedule == AttentionSchedule.FA3 else {}),
         }
 
-    def fa3_barriers(self) -> dict[str, tuple[int, ...]]:
+    def fa3_vars(self) -> dict[str, object]:
         """schedule fa3's named barriers, counted down from the top of the hardware's NAMED_BARRIERS (TileLang
-        numbers the ones it inserts up from 3): consumer c's ping-pong gate, then its O epilogue's."""
+        numbers the ones it inserts up from 3): consumer c's ping-pong gate, then its O epilogue's; and the
+        producer threads that issue the TMA loads."""
         n, top = self.ws_consumers, NAMED_BARRIERS - 1
-        return {"gate_ids": tuple(top - c for c in range(n)), "epilogue_ids": tuple(top - n - c for c in range(n))}
+        return {"gate_ids": tuple(top - c for c in range(n)), "epilogue_ids": tuple(top - n - c for c in range(n)),
+                "producer_threads": FA3_PRODUCER_THREADS}
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """prefill `T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head,

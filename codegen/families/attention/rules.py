@@ -67,6 +67,7 @@ FA3_STAGES = (2, 3, 4)
 # consumer, counted down from the hardware's 16 (ids 0-15): TileLang numbers the ones it inserts itself up
 # from 3 (0 is __syncthreads, 1 and 2 its reductions'), so ids from the top do not collide with them
 NAMED_BARRIERS = 16
+FA3_PRODUCER_THREADS = 32  # the producer warpgroup's one warp that issues the TMA loads (FA3's)
 WARP_SPECIALIZED = (AttentionSchedule.WS, AttentionSchedule.FA3)  # the hand warp-specialized schedules
 # consumer registers beyond S, P and O: row statistics (5 fp32 per 8 rows), loop and barrier indices, wgmma
 # descriptors and addresses -- an estimate; build's spill count is the check
