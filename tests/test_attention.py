@@ -584,7 +584,7 @@ def test_fa3_instance_and_the_other_schedules_keep_their_names():
       "warpgroup, 2 or 3 of them [fa3_tiles]")),
     (edit(FA3, "stages: 2", "stages: 1"),
      ("specs/x.yaml:8:22: pipeline.stages=1: schedule fa3 keeps a ring of 2 to 4 K/V slots (one full and one empty "
-      "mbarrier per slot): the producer runs at most stages - 1 blocks ahead [fa3_tiles]")),
+      "mbarrier per slot): with one, a block's load cannot overlap the GEMMs of the block before [fa3_tiles]")),
     (edit(edit(FA3, "block_n: 64", "block_n: 256"), "head_dim: 128", "head_dim: 64"),
      ("specs/x.yaml:7:35: tiling.block_n=256: a consumer thread would hold about 256 registers (S, P and O of 64 x 256 "
       "keys at head_dim 64, + 32), over the 240 setmaxnreg gives each of 2 consumer warpgroups on sm_90 [fa3_registers]")),

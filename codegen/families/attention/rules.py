@@ -60,8 +60,9 @@ WS_SLOTS = 2  # K and V buffers in flight: the producer fills slot kb % 2 while 
 WS_MAX_BLOCK_N = 256  # a TMA box holds at most 256 rows; wgmma N is at most 256
 WS_PRODUCER_NREG = 24  # setmaxnreg of the producer warpgroup (it only issues TMA)
 SETMAXNREG_MAX, SETMAXNREG_STEP = 240, 8  # what this template asks a consumer for: at most 240, a multiple of 8
-# schedule fa3 (attention_fa3.py.j2): the same roles, K and V in a ring of `stages` slots. 2 to 4: at 4 the
-# d128 tiles no longer fit shared memory (lds_budget), and FA3 itself keeps 2 at d128
+# schedule fa3 (attention_fa3.py.j2): the same roles, K and V in a ring of `stages` slots: at least 2 (one slot
+# would serialise each block's load and its GEMMs), at most the pipeline model's 4; lds_budget bounds the deeper
+# rings (d128: 3 slots fit at block_n 128 only; FA3 keeps 2 at d128)
 FA3_STAGES = (2, 3, 4)
 # named barriers the fa3 consumers take turns on (ping-pong) and sync their O epilogue with, one each per
 # consumer, counted down from the hardware's 16 (ids 0-15): TileLang numbers the ones it inserts itself up
@@ -329,7 +330,8 @@ def attn_ws_tiles(c: AttentionContext) -> Iterator[Violation]:
     if c.tuning.schedule == AttentionSchedule.FA3 and stages not in FA3_STAGES:
         yield Violation(rule=rule, path=c.at("pipeline", "stages"), value=stages,
                         message=f"schedule fa3 keeps a ring of {FA3_STAGES[0]} to {FA3_STAGES[-1]} K/V slots (one full "
-                                "and one empty mbarrier per slot): the producer runs at most stages - 1 blocks ahead")
+                                "and one empty mbarrier per slot): with one, a block's load cannot overlap the GEMMs of "
+                                "the block before")
     if t.block_n > WS_MAX_BLOCK_N:
         yield Violation(rule=rule, path=c.at("tiling", "block_n"), value=t.block_n,
                         message=f"over {WS_MAX_BLOCK_N}: one TMA box and one wgmma N hold at most {WS_MAX_BLOCK_N} keys")
