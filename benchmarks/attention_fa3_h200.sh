@@ -10,8 +10,8 @@
 # Reports: $OUT/verify/<device>/verify.{json,md}, $OUT/fa3/<device>/bench.{json,md} and $OUT/default/<device>/
 # bench.{json,md}; the log of every step in $OUT/run.log (each step's last line: rc=N). At most 7 files, two
 # folders down (the CSV copies and the plots are removed). Each step is bounded by `timeout`, and each case by
-# --timeout (a verify case of the ws kernels at these shapes took under 5 s on the H200), so a kernel that hangs costs its cases
-# timeouts, not the run.
+# --timeout (a verify case of the ws kernels at these shapes took under 5 s on the H200), so a kernel that hangs
+# costs its cases' timeouts, not the run.
 set -u
 OUT=${OUT:-$PWD/fa3-out}
 mkdir -p "$OUT"
