@@ -17,7 +17,7 @@ from codegen.families import derived_shapes, family
 from codegen.families.attention.numerics import NUMERICS as ATTENTION
 from codegen.families.attention.numerics import attention_dropped_block
 from codegen.instance import build_instances
-from codegen.load import parse_specs
+from codegen.load import load_spec_files, parse_specs
 from codegen.lower import lower
 from codegen.pipeline import Project
 from codegen.render import render_all
@@ -541,6 +541,126 @@ def test_ws_ragged_tail_lowers():
     f = render_all(build_instances(parse_specs(text, FILE)))[0]
     src = lower(f, (1, 8, 2, 500, 500), "sm_90").source
     assert "tl::wait_wgmma<1>()" in src and "CUDART_INF_F" in src
+
+
+# ---- schedule fa3 (attention_fa3.py.j2, sm_90) ---------------------------------------------------------
+
+FA3 = edit(WS, "schedule: ws", "schedule: fa3")
+
+
+def test_fa3_instance_and_the_other_schedules_keep_their_names():
+    (inst,) = build_instances(parse_specs(FA3, FILE))
+    assert (inst.template, inst.schedule, inst.ws_consumers, inst.ws_producer_nreg, inst.ws_consumer_nreg) == (
+        "attention_fa3.py.j2", "fa3", 2, 24, 240)
+    assert inst.stem() == "attn_fp16_d128_128x64_t384_s2_fa3" and inst.launch_grids((1, 8, 2, 512, 512)) == ((4, 8, 1),)
+    assert inst.metadata("u")["fa3"] == {"consumer_warpgroups": 2, "producer_max_nreg": 24, "consumer_max_nreg": 240}
+    assert "ws" not in inst.metadata("u")
+    # named barriers from the top of the 16: ping-pong gates 15, 14, then the epilogues' 13, 12
+    assert inst.fa3_vars() == {"gate_ids": (15, 14), "epilogue_ids": (13, 12), "producer_threads": 32}
+    (ws,) = build_instances(parse_specs(WS, FILE))
+    assert ws.stem() == "attn_fp16_d128_128x64_t384_s2_ws" and ws.uri() != inst.uri()
+    # three consumers (block_m 192, 512 threads), a ring of 4 slots at d64
+    (three,) = build_instances(parse_specs(edit(edit(edit(FA3, "block_m: 128", "block_m: 192"), "threads: 384", "threads: 512"),
+                                                "stages: 2", "stages: 4")
+                                           .replace("seq_q: 512", "seq_q: 576").replace("head_dim: 128", "head_dim: 64"), FILE))
+    assert (three.ws_consumers, three.ws_consumer_nreg, three.stages) == (3, 160, 4)
+    assert three.fa3_vars() == {"gate_ids": (15, 14, 13), "epilogue_ids": (12, 11, 10), "producer_threads": 32}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(FA3, "targets: [sm_90]", "targets: [gfx942]").replace("block_n: 64", "block_n: 16"),
+     ("specs/x.yaml:10:13: schedule=fa3: not possible on gfx942: it needs TMA, mbarrier transactions, setmaxnreg and "
+      "asynchronous wgmma (Hopper instructions; the HIP backend has none of them); use schedule: default there "
+      "(overrides.gfx942.schedule) or drop gfx942 from targets [fa3_target]")),
+    (edit(FA3, "targets: [sm_90]", "targets: [gfx950]"),
+     ("specs/x.yaml:10:13: schedule=fa3: not possible on gfx950: it needs TMA, mbarrier transactions, setmaxnreg and "
+      "asynchronous wgmma (Hopper instructions; the HIP backend has none of them); use schedule: default there "
+      "(overrides.gfx950.schedule) or drop gfx950 from targets [fa3_target]")),
+    (edit(FA3, "threads: 384", "threads: 256"),
+     ("specs/x.yaml:7:48: tiling.threads=256: schedule fa3 at block_m 128 runs 384 threads: one producer warpgroup and "
+      "2 consumer warpgroups of 128 [fa3_tiles]")),
+    (edit(FA3, "block_m: 128", "block_m: 256"),
+     ("specs/x.yaml:7:21: tiling.block_m=256: schedule fa3 takes block_m 128 or 192: 64 query rows per consumer "
+      "warpgroup, 2 or 3 of them [fa3_tiles]")),
+    (edit(FA3, "stages: 2", "stages: 1"),
+     ("specs/x.yaml:8:22: pipeline.stages=1: schedule fa3 keeps a ring of 2 to 4 K/V slots (one full and one empty "
+      "mbarrier per slot): with one, a block's load cannot overlap the GEMMs of the block before [fa3_tiles]")),
+    (edit(edit(FA3, "block_n: 64", "block_n: 256"), "head_dim: 128", "head_dim: 64"),
+     ("specs/x.yaml:7:35: tiling.block_n=256: a consumer thread would hold about 256 registers (S, P and O of 64 x 256 "
+      "keys at head_dim 64, + 32), over the 240 setmaxnreg gives each of 2 consumer warpgroups on sm_90 [fa3_registers]")),
+    # FA3's non-causal d128 tile 128 x 176 takes two slots of K and V: three are over the 227 KiB of shared memory
+    (edit(edit(FA3, "block_n: 64", "block_n: 176"), "stages: 2", "stages: 3").replace("tail: none", "tail: predicated"),
+     ("specs/x.yaml:7:11: tiling: Q 128x128 + (K + V) 176x128 x 3 stage(s) need 303104 B (296 KiB) of shared memory, "
+      "over the 232448 B (227 KiB) per workgroup on sm_90 [lds_budget]")),
+])
+def test_fa3_rules(text, message):
+    assert errors(text) == [message]
+
+
+def test_fa3_refuses_decode_and_gfx942_keeps_the_default_by_override():
+    text = edit(edit(DECODE, "threads: 128", "threads: 384"), "split_kv: 16", "split_kv: 16\n  schedule: fa3")
+    assert errors(text) == [("specs/x.yaml:11:13: schedule=fa3: schedules the prefill KV loop only: variant decode takes "
+                             "schedule: default [fa3_variant]")]
+    text = edit(FA3, "targets: [sm_90]", "targets: [gfx942, sm_90]\n  overrides:\n    gfx942:\n      schedule: default\n"
+                "      tiling: {block_m: 64, block_n: 16, threads: 256}")
+    by_target = {i.target.value: i for i in build_instances(parse_specs(text, FILE))}
+    assert (by_target["gfx942"].template, by_target["sm_90"].template) == ("attention.py.j2", "attention_fa3.py.j2")
+
+
+FA3_NAMES = sorted(n for n, t in FILES if n.endswith("_fa3"))
+
+
+def test_the_fa3_seeds_are_sm90_only_and_search_small_spaces():
+    from codegen.tune import space_size
+
+    assert FA3_NAMES == ["attn_bf16_gqa_causal_fa3", "attn_fp16_d128_causal_fa3", "attn_fp16_d128_fa3",
+                         "attn_fp16_d64_causal_fa3", "attn_fp16_gqa_chunked_prefill_fa3"]
+    assert not [n for n, t in FILES if t != "sm_90" and n.endswith("_fa3")]
+    by_name = {n: FILES[(n, "sm_90")].instance for n in FA3_NAMES}
+    # FA3's tiles: d128 128 x 176 non-causal, 128 x 128 causal, d64 192 x 128 over three consumers
+    assert [(by_name[n].block_m, by_name[n].block_n, by_name[n].threads) for n in FA3_NAMES] == [
+        (128, 128, 384), (128, 128, 384), (128, 176, 384), (192, 128, 512), (128, 128, 384)]
+    project = Project()
+    specs = {s.spec.name: s.spec for s in load_spec_files(project.spec_paths(None), project.root) if s.spec.name in by_name}
+    assert {n: space_size(spec, spec.targets[0]) for n, spec in specs.items() if spec.search} == {
+        "attn_bf16_gqa_causal_fa3": 4, "attn_fp16_d128_causal_fa3": 4, "attn_fp16_d128_fa3": 8, "attn_fp16_d64_causal_fa3": 6}
+
+
+def _fa3_source(name: str, shape: tuple[int, ...]) -> str:
+    return lower(FILES[(name, "sm_90")], shape, "sm_90").source
+
+
+def test_fa3_lowers_to_a_producer_two_ping_ponging_consumers_and_a_tma_store():
+    src = _fa3_source("attn_fp16_d128_causal_fa3", (1, 4, 2, 512, 512))
+    assert "__launch_bounds__(384, 1)" in src
+    assert src.count("tl::warpgroup_reg_dealloc<24>()") == 1 and src.count("tl::warpgroup_reg_alloc<240>()") == 2
+    # ping-pong: consumer 0 takes its first turn on gate 15 itself; each turn is a sync on its own gate (block 0
+    # and the loop) and an arrive on the other's
+    assert src.count("tl::__named_barrier_arrive(15, 256)") == 3 and src.count("tl::__sync_thread_partial(15, 256)") == 2
+    assert src.count("tl::__named_barrier_arrive(14, 256)") == 2 and src.count("tl::__sync_thread_partial(14, 256)") == 2
+    # S waited for with P.V in flight, once per consumer loop; the ring's slot picked by a descriptor offset
+    assert src.count("tl::wait_wgmma<1>()") == 2 and "wgmma_rs" in src and "wgmma_ss" in src
+    assert "increase_descriptor_offset" in src
+    # O: registers -> the consumer's Q tile (stmatrix) -> fence -> its epilogue barrier -> one TMA store
+    assert src.count("tl::fence_proxy_async()") == 2 and src.count("tl::tma_store_wait<0, true>()") == 2
+    assert "tl::__sync_thread_partial(13, 128)" in src and "tl::__sync_thread_partial(12, 128)" in src
+    assert "ptx_stmatrix" in src and "*(uint1*)(O +" not in src
+    # causal: the query blocks in reverse (the longest KV loops launch first), the mask behind each diagonal test
+    # (4 query blocks of 512: block bx loads and stores rows (3 - bx) * 128 ..)
+    assert re.search(r"tma_load\(Q_desc, q_full\[0\], .*\(384 - \(\(\(int\)blockIdx\.x\) \* 128\)\)", src)
+    assert re.search(r"tma_store\(O_desc, .*Q_1.*\(448 - \(\(\(int\)blockIdx\.x\) \* 128\)\)", src)
+    assert src.count("float condval") == 4  # block 0 and the loop, per consumer
+
+
+def test_fa3_three_consumers_at_d64_and_the_176_key_tile_lower():
+    src = _fa3_source("attn_fp16_d64_causal_fa3", (1, 4, 4, 400, 400))  # ragged: 400 = 2 x 192 + 16
+    assert "__launch_bounds__(512, 1)" in src and src.count("tl::warpgroup_reg_alloc<160>()") == 3
+    for gate in (15, 14, 13):
+        assert src.count(f"tl::__sync_thread_partial({gate}, 256)") == 2
+    assert src.count("tl::tma_store_wait<0, true>()") == 3
+    src = _fa3_source("attn_fp16_d128_fa3", (1, 2, 2, 300, 300))
+    assert "64, 176, 16" in src  # Q.K^T as one wgmma of N 176 per k-step (tilelang picks N = block_n)
+    assert src.count("tl::wait_wgmma<1>()") == 2 and "CUDART_INF_F" in src  # keys past seq_kv masked
 
 
 # ---- schedule persistent and k_pack (attention_persistent.py.j2, issue 13 part 4) -------------------------

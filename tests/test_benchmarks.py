@@ -110,3 +110,21 @@ def test_static_sweep_spaces_load_and_every_point_is_refused_by_a_rule_or_kept()
     assert names == ["sw_attn_bf16", "sw_gemm_bf16", "sw_softmax_bf16", "sw_rmsnorm_fp32", "sw_layernorm_fp16"]
     script = (BENCHMARKS / "static_sweep.sh").read_text()
     assert all(name in script for name in names)
+
+
+def test_attention_fa3_run_names_sm90_seeds_of_the_same_shapes():
+    """benchmarks/attention_fa3_h200.sh verifies and times the fa3 seeds and the default-schedule seeds of the
+    same shapes: every name it gives is an sm_90 kernel of the spec set, pairwise one fa3 and one default."""
+    import re
+
+    from codegen.pipeline import Project
+
+    script = (BENCHMARKS / "attention_fa3_h200.sh").read_text()
+    arrays = {m[1]: m[2].split() for m in re.finditer(r"^(FA3|DEFAULT)=\(([^)]*)\)", script, re.MULTILINE)}
+    by_name = {f.instance.name: f.instance for f in Project().rendered() if f.instance.target.value == "sm_90"}
+    pairs = list(zip(arrays["FA3"], arrays["DEFAULT"], strict=True))
+    assert len(pairs) == 5
+    for fa3, default in pairs:
+        assert (by_name[fa3].schedule, by_name[default].schedule) == ("fa3", "default")
+        assert by_name[fa3].shapes == by_name[default].shapes and by_name[fa3].mask == by_name[default].mask
+        assert (by_name[fa3].spec_dtypes, by_name[fa3].head_dim) == (by_name[default].spec_dtypes, by_name[default].head_dim)

@@ -6,7 +6,10 @@ import math
 from dataclasses import dataclass, field
 
 from codegen.families.attention.rules import (
+    FA3_PRODUCER_THREADS,
+    NAMED_BARRIERS,
     VECTOR_BYTES,
+    WARP_SPECIALIZED,
     WS_PRODUCER_NREG,
     WS_ROWS_PER_CONSUMER,
     WS_WARPGROUP_THREADS,
@@ -34,7 +37,8 @@ ATTENTION_LOOP_COMPUTE = 11
 # update with its -inf guards (a row of a split may see no key yet), O += P.V: 12 statements.
 DECODE_LOOP_COMPUTE = 12
 TEMPLATES = {AttentionVariant.PREFILL: "attention.py.j2", AttentionVariant.DECODE: "attention_decode.py.j2"}
-WS_TEMPLATE = "attention_ws.py.j2"  # schedule ws, prefill only (rule ws_variant)
+# schedules ws and fa3, prefill only (rules ws_variant, fa3_variant)
+WS_TEMPLATES = {AttentionSchedule.WS: "attention_ws.py.j2", AttentionSchedule.FA3: "attention_fa3.py.j2"}
 PERSISTENT_TEMPLATE = "attention_persistent.py.j2"  # schedule persistent, prefill only (rule persistent_variant)
 # schedule persistent: workgroups of the grid per CU/SM. One: the gfx942 tiles that fit 64 KiB of LDS leave room
 # for one workgroup per CU (build reports its waves per SIMD), and a persistent workgroup that waits for a free
@@ -75,9 +79,9 @@ class AttentionInstance(InstanceBase):
     stages: int
     pipeline_order: tuple[int, ...] | None  # explicit schedule (explicit_pipeline_schedule); None = num_stages
     pipeline_stage: tuple[int, ...] | None
-    schedule: AttentionSchedule  # default (TileLang's pipeline) or ws (attention_ws.py.j2, sm_90)
-    ws_consumers: int  # ws: consumer warpgroups of 64 query rows (block_m / 64); 0 for default
-    ws_producer_nreg: int  # ws: setmaxnreg of the producer warpgroup / of each consumer warpgroup; 0 for default
+    schedule: AttentionSchedule  # default (TileLang's pipeline), ws or fa3 (sm_90), persistent
+    ws_consumers: int  # ws, fa3: consumer warpgroups of 64 query rows (block_m / 64); 0 for the others
+    ws_producer_nreg: int  # ws, fa3: setmaxnreg of the producer warpgroup / of each consumer warpgroup; 0 for the others
     ws_consumer_nreg: int
     # persistent: the most workgroups of the grid (CUs x PERSISTENT_WORKGROUPS_PER_CU), each looping over
     # (query block, head, batch) tiles; 0 for the other schedules
@@ -113,7 +117,8 @@ class AttentionInstance(InstanceBase):
         causal = {CausalMask.NONE: "", CausalMask.TOP_LEFT: "_causal", CausalMask.BOTTOM_RIGHT: "_causalbr"}[self.mask]
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
         split = f"_k{self.split_kv}" if self.variant == AttentionVariant.DECODE else ""
-        schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent"}.get(self.schedule, "")
+        schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent",
+                    AttentionSchedule.FA3: "_fa3"}.get(self.schedule, "")
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         vt = "_vt" if self.v_transposed else ""
         return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
@@ -138,7 +143,16 @@ class AttentionInstance(InstanceBase):
             "consumers": tuple(range(self.ws_consumers)),
             "warpgroup_threads": WS_WARPGROUP_THREADS,
             "rows_per_consumer": WS_ROWS_PER_CONSUMER,
+            **(self.fa3_vars() if self.schedule == AttentionSchedule.FA3 else {}),
         }
+
+    def fa3_vars(self) -> dict[str, object]:
+        """schedule fa3's named barriers, counted down from the top of the hardware's NAMED_BARRIERS (TileLang
+        numbers the ones it inserts up from 3): consumer c's ping-pong gate, then its O epilogue's; and the
+        producer threads that issue the TMA loads."""
+        n, top = self.ws_consumers, NAMED_BARRIERS - 1
+        return {"gate_ids": tuple(top - c for c in range(n)), "epilogue_ids": tuple(top - n - c for c in range(n)),
+                "producer_threads": FA3_PRODUCER_THREADS}
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """prefill `T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head,
@@ -189,10 +203,10 @@ class AttentionInstance(InstanceBase):
             "pipeline": {"stages": self.stages,
                          "order": list(self.pipeline_order) if self.pipeline_order else None,
                          "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
-            **({"schedule": self.schedule.value, "ws": {"consumer_warpgroups": self.ws_consumers,
-                                                         "producer_max_nreg": self.ws_producer_nreg,
-                                                         "consumer_max_nreg": self.ws_consumer_nreg}}
-               if self.schedule == AttentionSchedule.WS else {}),
+            **({"schedule": self.schedule.value,
+                self.schedule.value: {"consumer_warpgroups": self.ws_consumers, "producer_max_nreg": self.ws_producer_nreg,
+                                      "consumer_max_nreg": self.ws_consumer_nreg}}
+               if self.schedule in WARP_SPECIALIZED else {}),
             **({"schedule": self.schedule.value, "persistent": {"workgroups": self.persistent_workgroups}}
                if self.schedule == AttentionSchedule.PERSISTENT else {}),
             **({"k_pack": self.k_pack} if self.k_pack > 1 else {}),
@@ -228,11 +242,11 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
     order, stage = explicit_schedule(target, stages, copies, compute)
     d = spec.dtypes
     scale = spec.softmax_scale if spec.softmax_scale is not None else 1.0 / math.sqrt(spec.head_dim)
-    ws = tuning.schedule == AttentionSchedule.WS
+    ws = tuning.schedule in WARP_SPECIALIZED
     consumers = ws_consumers(t.block_m) if ws else 0
     # build_instances makes the instance before it reports the rules: decode + ws (refused by ws_variant) or a
     # block_m under 64 (ws_tiles) still gets one, never rendered
-    template = WS_TEMPLATE if ws and prefill else PERSISTENT_TEMPLATE if persistent else TEMPLATES[spec.variant]
+    template = WS_TEMPLATES[tuning.schedule] if ws and prefill else PERSISTENT_TEMPLATE if persistent else TEMPLATES[spec.variant]
     return AttentionInstance(
         name=spec.name, target=target.target, spec_file=spec_file, template=template,
         shapes=tuple((s.batch, s.heads, s.kv_heads, s.seq_q, s.seq_kv) for s in spec.shapes),

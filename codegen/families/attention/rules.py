@@ -41,7 +41,8 @@ def attention_lds_bytes(spec: AttentionSpec, tuning: AttentionTuning, target: Ta
     """Shared-memory bytes of one attention workgroup: the Q tile once, the K and V tiles once per
     pipeline buffer, and the two reductions' workspaces on targets whose reductions take them
     (reduce_workspace_in_lds: gfx942). Nothing else is allocated in shared memory (S, P, O, max and
-    sum are fragments; O is stored straight from registers)."""
+    sum are fragments; O is stored straight from registers, or with schedule fa3 through the Q tile, whose rows
+    are read for the last time before O is final)."""
     t, d, nbytes = tuning.tiling, spec.head_dim, DTYPE_BYTES[spec.dtypes.input]
     tiles = (t.block_m * d + 2 * t.block_n * d * max(1, tuning.pipeline.stages)) * nbytes
     workspace = ATTENTION_REDUCE_WORKSPACES * t.threads * 4 if target.reduce_workspace_in_lds else 0
@@ -59,6 +60,16 @@ WS_SLOTS = 2  # K and V buffers in flight: the producer fills slot kb % 2 while 
 WS_MAX_BLOCK_N = 256  # a TMA box holds at most 256 rows; wgmma N is at most 256
 WS_PRODUCER_NREG = 24  # setmaxnreg of the producer warpgroup (it only issues TMA)
 SETMAXNREG_MAX, SETMAXNREG_STEP = 240, 8  # what this template asks a consumer for: at most 240, a multiple of 8
+# schedule fa3 (attention_fa3.py.j2): the same roles, K and V in a ring of `stages` slots: at least 2 (one slot
+# would serialise each block's load and its GEMMs), at most the pipeline model's 4; lds_budget bounds the deeper
+# rings (d128: 3 slots fit at block_n 128 only; FA3 keeps 2 at d128)
+FA3_STAGES = (2, 3, 4)
+# named barriers the fa3 consumers take turns on (ping-pong) and sync their O epilogue with, one each per
+# consumer, counted down from the hardware's 16 (ids 0-15): TileLang numbers the ones it inserts itself up
+# from 3 (0 is __syncthreads, 1 and 2 its reductions'), so ids from the top do not collide with them
+NAMED_BARRIERS = 16
+FA3_PRODUCER_THREADS = 32  # the producer warpgroup's one warp that issues the TMA loads (FA3's)
+WARP_SPECIALIZED = (AttentionSchedule.WS, AttentionSchedule.FA3)  # the hand warp-specialized schedules
 # consumer registers beyond S, P and O: row statistics (5 fp32 per 8 rows), loop and barrier indices, wgmma
 # descriptors and addresses -- an estimate; build's spill count is the check
 WS_REGISTER_RESERVE = 32
@@ -131,8 +142,8 @@ def attn_mma_shape(c: AttentionContext) -> Iterator[Violation]:
                         message=f"must be a multiple of {mma.k * k_pack} (the K of the {word} times k_pack={k_pack})")
     if t.threads % hw.wave_lanes or not hw.min_threads <= t.threads <= hw.max_threads_per_workgroup:
         return  # wave_multiple reports the thread count
-    if c.tuning.schedule == AttentionSchedule.WS:
-        return  # ws_tiles: the consumer warpgroups own 64 rows each (4 warps x 16-row wgmma tiles)
+    if c.tuning.schedule in WARP_SPECIALIZED:
+        return  # ws_tiles / fa3_tiles: the consumer warpgroups own 64 rows each (4 warps x 16-row wgmma tiles)
     waves = t.threads // hw.wave_lanes
     if t.block_m % (waves * mma.m):
         yield Violation(rule="mma_shape", path=c.at("tiling", "block_m"), value=t.block_m,
@@ -207,17 +218,19 @@ def attn_causal_alignment(c: AttentionContext) -> Iterator[Violation]:
 
 
 def attn_ws_target(c: AttentionContext) -> Iterator[Violation]:
-    """Rule ws_target: the ws schedule is written in Hopper instructions (TargetSpec.warp_specialization)."""
-    if c.tuning.schedule == AttentionSchedule.WS and not c.target.warp_specialization:
-        yield Violation(rule="ws_target", path=c.at("schedule"), value=c.tuning.schedule.value,
+    """Rules ws_target, fa3_target: the warp-specialized schedules are written in Hopper instructions
+    (TargetSpec.warp_specialization)."""
+    if c.tuning.schedule in WARP_SPECIALIZED and not c.target.warp_specialization:
+        yield Violation(rule=f"{c.tuning.schedule.value}_target", path=c.at("schedule"), value=c.tuning.schedule.value,
                         message=f"not possible on {c.hw.target}: {c.target.warp_specialization_note}; use schedule: "
                                 f"default there (overrides.{c.hw.target}.schedule) or drop {c.hw.target} from targets")
 
 
 def attn_ws_variant(c: AttentionContext) -> Iterator[Violation]:
-    """Rule ws_variant: ws schedules the prefill KV loop; decode has its own split-KV template."""
-    if c.tuning.schedule == AttentionSchedule.WS and c.spec.variant != AttentionVariant.PREFILL:
-        yield Violation(rule="ws_variant", path=c.at("schedule"), value=c.tuning.schedule.value,
+    """Rules ws_variant, fa3_variant: ws and fa3 schedule the prefill KV loop; decode has its own split-KV
+    template."""
+    if c.tuning.schedule in WARP_SPECIALIZED and c.spec.variant != AttentionVariant.PREFILL:
+        yield Violation(rule=f"{c.tuning.schedule.value}_variant", path=c.at("schedule"), value=c.tuning.schedule.value,
                         message=f"schedules the prefill KV loop only: variant {c.spec.variant.value} takes schedule: default")
 
 
@@ -286,46 +299,56 @@ def attn_v_layout_tile(c: AttentionContext) -> Iterator[Violation]:
 
 
 def _ws_applies(c: AttentionContext) -> bool:
-    """schedule ws where it can exist (ws_target and ws_variant report the rest once)."""
-    return (c.tuning.schedule == AttentionSchedule.WS and c.target.warp_specialization
+    """schedule ws or fa3 where it can exist (ws_target/fa3_target and ws_variant/fa3_variant report the rest
+    once)."""
+    return (c.tuning.schedule in WARP_SPECIALIZED and c.target.warp_specialization
             and c.spec.variant == AttentionVariant.PREFILL)
 
 
 def attn_ws_tiles(c: AttentionContext) -> Iterator[Violation]:
-    """Rule ws_tiles: block_m = 64 x consumer warpgroups (2 or 3), threads = 128 x (1 producer + consumers),
-    2 K/V slots (pipeline.stages 2), block_n <= 256 (TMA box, wgmma N)."""
+    """Rules ws_tiles, fa3_tiles: block_m = 64 x consumer warpgroups (2 or 3), threads = 128 x (1 producer +
+    consumers), block_n <= 256 (TMA box, wgmma N); ws: 2 K/V slots (pipeline.stages 2), fa3: a ring of
+    FA3_STAGES slots."""
     if not _ws_applies(c):
         return
-    t, rows = c.tuning.tiling, WS_ROWS_PER_CONSUMER
+    t, rows, schedule = c.tuning.tiling, WS_ROWS_PER_CONSUMER, c.tuning.schedule.value
+    rule = f"{schedule}_tiles"
     consumers = ws_consumers(t.block_m)
     if t.block_m % rows or consumers not in WS_CONSUMERS:
-        yield Violation(rule="ws_tiles", path=c.at("tiling", "block_m"), value=t.block_m,
-                        message=f"schedule ws takes block_m {' or '.join(str(rows * n) for n in WS_CONSUMERS)}: "
+        yield Violation(rule=rule, path=c.at("tiling", "block_m"), value=t.block_m,
+                        message=f"schedule {schedule} takes block_m {' or '.join(str(rows * n) for n in WS_CONSUMERS)}: "
                                 f"{rows} query rows per consumer warpgroup, {' or '.join(map(str, WS_CONSUMERS))} of them")
     elif t.threads != WS_WARPGROUP_THREADS * (1 + consumers):
-        yield Violation(rule="ws_tiles", path=c.at("tiling", "threads"), value=t.threads,
-                        message=f"schedule ws at block_m {t.block_m} runs {WS_WARPGROUP_THREADS * (1 + consumers)} "
+        yield Violation(rule=rule, path=c.at("tiling", "threads"), value=t.threads,
+                        message=f"schedule {schedule} at block_m {t.block_m} runs {WS_WARPGROUP_THREADS * (1 + consumers)} "
                                 f"threads: one producer warpgroup and {consumers} consumer warpgroups of {WS_WARPGROUP_THREADS}")
-    if c.tuning.pipeline.stages != WS_SLOTS:
-        yield Violation(rule="ws_tiles", path=c.at("pipeline", "stages"), value=c.tuning.pipeline.stages,
+    stages = c.tuning.pipeline.stages
+    if c.tuning.schedule == AttentionSchedule.WS and stages != WS_SLOTS:
+        yield Violation(rule=rule, path=c.at("pipeline", "stages"), value=stages,
                         message=f"schedule ws double-buffers K and V (one full and one empty mbarrier per slot): "
                                 f"stages must be {WS_SLOTS}")
+    if c.tuning.schedule == AttentionSchedule.FA3 and stages not in FA3_STAGES:
+        yield Violation(rule=rule, path=c.at("pipeline", "stages"), value=stages,
+                        message=f"schedule fa3 keeps a ring of {FA3_STAGES[0]} to {FA3_STAGES[-1]} K/V slots (one full "
+                                "and one empty mbarrier per slot): with one, a block's load cannot overlap the GEMMs of "
+                                "the block before")
     if t.block_n > WS_MAX_BLOCK_N:
-        yield Violation(rule="ws_tiles", path=c.at("tiling", "block_n"), value=t.block_n,
+        yield Violation(rule=rule, path=c.at("tiling", "block_n"), value=t.block_n,
                         message=f"over {WS_MAX_BLOCK_N}: one TMA box and one wgmma N hold at most {WS_MAX_BLOCK_N} keys")
 
 
 def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
-    """Rule ws_registers: S, P and O of one consumer thread must fit the registers setmaxnreg gives it."""
+    """Rules ws_registers, fa3_registers: S, P and O of one consumer thread must fit the registers setmaxnreg
+    gives it."""
     if not _ws_applies(c):
         return
     t = c.tuning.tiling
     consumers = ws_consumers(t.block_m)
     if t.block_m % WS_ROWS_PER_CONSUMER or consumers not in WS_CONSUMERS:
-        return  # ws_tiles reports it
+        return  # ws_tiles / fa3_tiles reports it
     need, have = ws_register_estimate(t.block_n, c.spec.head_dim), ws_consumer_nreg(c.hw, consumers)
     if need > have:
-        yield Violation(rule="ws_registers", path=c.at("tiling", "block_n"), value=t.block_n,
+        yield Violation(rule=f"{c.tuning.schedule.value}_registers", path=c.at("tiling", "block_n"), value=t.block_n,
                         message=f"a consumer thread would hold about {need} registers (S, P and O of 64 x {t.block_n} "
                                 f"keys at head_dim {c.spec.head_dim}, + {WS_REGISTER_RESERVE}), over the {have} setmaxnreg "
                                 f"gives each of {consumers} consumer warpgroups on {c.hw.target}")

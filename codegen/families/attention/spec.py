@@ -73,11 +73,15 @@ class AttentionSchedule(StrEnum):
     softmax of KV block k runs while P.V of block k-1 is in flight. persistent: the default schedule's KV
     loop inside a persistent loop, as the gfx942 attention kernels do: a grid of one workgroup per CU/SM,
     each looping over (query block, head, batch) tiles, its LDS/shared tiles and fragments allocated once
-    (rules persistent_*)."""
+    (rules persistent_*). fa3 (sm_90 only): FlashAttention-3's schedule -- ws's producer and consumers, plus a
+    ring of `stages` K/V slots, the consumers' GEMMs taken in turn on named barriers (ping-pong: one
+    warpgroup's softmax runs while another's GEMMs run), O staged through shared memory and stored by TMA,
+    and causal query blocks launched longest first (rules fa3_*)."""
 
     DEFAULT = "default"
     WS = "ws"
     PERSISTENT = "persistent"
+    FA3 = "fa3"
 
 
 class VLayout(StrEnum):
@@ -139,7 +143,7 @@ class AttentionSpec(Model):
     tiling: AttentionTiling
     pipeline: Pipeline = Pipeline()
     split_kv: PositiveInt = 1  # decode: workgroups the KV sequence of one (batch, K/V head) is split over
-    # prefill KV loop: default, ws (sm_90, rules ws_*) or persistent (rules persistent_*)
+    # prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)
     schedule: AttentionSchedule = AttentionSchedule.DEFAULT
     # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, k_pack_schedule)
     k_pack: Literal[1, 2] = 1
