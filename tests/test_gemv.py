@@ -138,7 +138,7 @@ def test_gemv_n_rules(old, new, expected):
 
 def test_gemv_n_whole_m_blocks_need_no_tail_and_n_below_the_block_is_no_edge():
     text = edit(BASE_N, "tail: predicated", "tail: none")
-    (a, b) = files(text)  # m = 4096 whole blocks of 8 rows, n = 1 < block_n = 4: nothing ragged
+    (a, _) = files(text)  # m = 4096 whole blocks of 8 rows, n = 1 < block_n = 4: nothing ragged
     assert a.uri.startswith("gemvn_fp32_nn_8x4x128_t256_") and a.instance.launch_grids((4096, 1, 4096)) == ((512, 1, 1),)
     assert "m=4095 is not a multiple of block_m=8" in " ".join(errors(edit(text, "m: 4096", "m: 4095")))
 
