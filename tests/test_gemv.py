@@ -129,7 +129,7 @@ BASE_N = """\
      ("specs/x.yaml:8:33: tiling.block_n=32: structure gemv_n keeps every column of B in registers: at most 16 "
       "columns [gemv_shape]")),
     ("tail: predicated", "tail: none\n  split_k: 4",
-     "split_k=4: not with structure gemv / gemv_n (not supported)"),
+     "split_k=4: not with structure gemv_n (not supported)"),
 ])
 def test_gemv_n_rules(old, new, expected):
     found = errors(edit(BASE_N, old, new))

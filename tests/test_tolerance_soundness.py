@@ -87,3 +87,35 @@ def test_a_tolerance_without_the_subnormal_term_is_reported_as_unsound_not_as_a_
     assert status == "error"
     assert cmp.rounded_reference_rejected >= 1
     assert "correctly rounded reference" in UNSOUND_TOLERANCE.format(n=cmp.rounded_reference_rejected)
+
+
+def test_the_accumulation_depth_bound_holds_for_gemv_n_order_and_still_rejects_a_tf32_result():
+    """A gemv_n kernel sums each element as 32 lanes' chains of k/32 products, then a 5-level tree: its tolerance
+    grows with sqrt of that depth (accumulation_depth), not sqrt(k). The kernel's order emulated in fp32 on the
+    CPU passes it at a deep K, and a TF32 result -- vacuous under a sqrt(k) bound there -- is rejected."""
+    from codegen.families.gemm.numerics import accumulation_depth, gemm_tolerance, tf32_result
+
+    inst = next(f.instance for f in FILES if f.instance.target == Target.SM_90 and f.instance.op == "gemm"
+                and f.instance.structure == "gemv_n"
+                and f.instance.spec_dtypes[0] == "fp32")
+    m, k, lanes, vec = 256, 8192, inst.block_k // inst.vector, inst.vector
+    assert accumulation_depth(inst, k) == k // lanes + (lanes.bit_length() - 1) < k
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, 1, generator=g)
+    ref = (a.double() @ b.double()).float()
+    chains = torch.zeros(m, lanes)  # lane l takes k0 = step * block_k + l * vec + v
+    a3 = a.view(m, -1, lanes, vec)
+    b3 = b.view(-1, lanes, vec)
+    for step in range(a3.shape[1]):
+        for v in range(vec):
+            chains = chains + a3[:, step, :, v] * b3[step, :, v]
+    while chains.shape[1] > 1:  # the cross-lane tree
+        chains = chains[:, 0::2] + chains[:, 1::2]
+    out = chains
+    tol = gemm_tolerance(inst, Target.SM_90, k)
+    mag = a.abs() @ b.abs()
+    assert bool((torch.abs(out - ref) <= tol.bound(ref, mag)).all())
+    tf32 = tf32_result(a, b)
+    assert not bool((torch.abs(tf32 - ref) <= tol.bound(ref, mag)).all())  # the control is rejected
+    loose = replace(tol, depth=0)  # the sqrt(k) bound of a sequential K loop: the same control passes it
+    assert bool((torch.abs(tf32 - ref) <= loose.bound(ref, mag)).all())

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from codegen.families.base import Numerics
+from codegen.families.gemm.rules import split_tiles
 from codegen.hardware import DTYPE_BYTES, DType, Target
 from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
 from codegen.spec import TailPolicy
@@ -551,23 +552,42 @@ class Tolerance:
     scale: float = 1.0
     products: str = ""  # product_model's label, shown with fp32 inputs
     split_k: int = 1  # K split over this many fp32 partials (the same bound: see the module docstring)
+    depth: int = 0  # the longest run of fp32 additions in one element's sum (accumulation_depth); 0: k
     fused: str = ""  # a fused kernel's ops (FusedOps.ops), whose bound takes a FusedMagnitude
 
     def describe(self) -> str:
-        text = (f"{self.u_out:.3g}*|ref| + {self.eta_out:.3g} + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.k}) "
+        text = (f"{self.u_out:.3g}*|ref| + {self.eta_out:.3g} + {self.scale:g}*(4*{self.u_acc:.3g}*sqrt({self.terms}) "
                 f"+ {self.u_prod:.3g})*|A|.|B|")
         notes = [self.products] * bool(self.products)
+        notes += [f"a sum of at most {self.terms} sequential additions of the k={self.k} products"] * (self.terms != self.k)
         notes += [f"split_k {self.split_k}: fp32 partials, one rounding"] * (self.split_k > 1)
         notes += [f"fused {self.fused}: the ops' fp32 rounding and the activation's slope"] * bool(self.fused)
         return f"{text} [{'; '.join(notes)}]" if notes else text
 
+    @property
+    def terms(self) -> int:
+        return self.depth or self.k
+
     def bound(self, ref, abs_product):
-        acc = 4.0 * self.u_acc * math.sqrt(max(self.k, 1)) + self.u_prod
+        acc = 4.0 * self.u_acc * math.sqrt(max(self.terms, 1)) + self.u_prod
         if isinstance(abs_product, FusedMagnitude):  # a fused kernel's terms (the comment above fused_chunk)
             m, c = abs_product, self.scale * acc
             err = c * m.model + c * c * m.model2 + m.arith + c * m.cross
             return self.u_out * ref.abs() + self.eta_out + (1.0 + self.u_out) * err + TINY
         return self.u_out * ref.abs() + self.eta_out + self.scale * acc * abs_product + TINY
+
+
+def accumulation_depth(inst, k: int) -> int:
+    """The longest chain of fp32 additions in one element of C's sum, the count the accumulation bound grows with
+    (sqrt of it: the module docstring). A tiled kernel's K loop: k. A K split: one split's run of K tiles, then
+    the fixed-order sum of split_k partials. The gemv structures: each lane's K steps of `vector` products, then
+    the cross-lane tree of log2(lanes) levels. Only the summation order is used, never the data."""
+    if getattr(inst, "vector", 0):  # gemv / gemv_n
+        lanes = inst.block_k // inst.vector
+        return -(-k // inst.block_k) * inst.vector + max(lanes.bit_length() - 1, 0)
+    if inst.split_k > 1:
+        return min(k, split_tiles(k, inst.block_k, inst.split_k) * inst.block_k) + inst.split_k
+    return k
 
 
 def gemm_tolerance(inst, run_target: Target, k: int, scale: float = 1.0) -> Tolerance:
@@ -576,7 +596,7 @@ def gemm_tolerance(inst, run_target: Target, k: int, scale: float = 1.0) -> Tole
     u_acc = max(UNIT_ROUNDOFF[acc], cores.mma_accumulator_roundoff.get(a, 0.0))
     model = product_model(inst, run_target)
     return Tolerance(u_out=UNIT_ROUNDOFF[out], eta_out=SUBNORMAL_ROUNDOFF[out], u_acc=u_acc, u_prod=model.u_prod, k=k, scale=scale,
-                     products=model.label, split_k=inst.split_k,
+                     products=model.label, split_k=inst.split_k, depth=accumulation_depth(inst, k),
                      fused="+".join(inst.fused.ops) if getattr(inst, "fused", None) else "")
 
 

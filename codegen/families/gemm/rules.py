@@ -106,6 +106,10 @@ class Trait:
     name: str  # as the spec says it
     field: str
     on: Callable[[GemmContext], bool]
+    said: Callable[[GemmContext], str] | None = None  # the name for this spec where the trait has several spellings
+
+    def said_as(self, c: GemmContext) -> str:
+        return self.said(c) if self.said else self.name
 
     def path(self, c: GemmContext) -> FieldPath:
         return c.at(self.field) if self.field in c.origin else tuple(self.field.split("."))
@@ -124,7 +128,8 @@ def _fp32(c: GemmContext) -> bool:
 
 
 TRAITS: dict[str, Trait] = {
-    "gemv": Trait(name="structure gemv / gemv_n", field="structure", on=lambda c: c.tuning.structure.is_gemv),
+    "gemv": Trait(name="structure gemv", field="structure", on=lambda c: c.tuning.structure.is_gemv,
+                  said=lambda c: f"structure {c.tuning.structure.value}"),  # gemv_n combines as gemv does
     "fp32": Trait(name="fp32 inputs (precision ieee)", field="dtypes.a",
                   on=lambda c: _fp32(c) and c.spec.precision == Precision.IEEE),
     "tf32": Trait(name="precision tf32 / 3xtf32", field="precision",
@@ -225,7 +230,7 @@ def unsupported_combination(c: GemmContext) -> Iterator[Violation]:
         first, second = (TRAITS[t] for t in u.traits)
         if first.on(c) and second.on(c):
             yield Violation(rule="unsupported_combination", path=second.path(c), value=second.value(c),
-                            message=f"not with {first.name} (not supported): {u.why}")
+                            message=f"not with {first.said_as(c)} (not supported): {u.why}")
 
 
 def dtype_supported(c: GemmContext) -> Iterator[Violation]:
