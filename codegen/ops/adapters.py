@@ -461,7 +461,7 @@ class GatedMlpAdapter(Adapter):
         return GemmCase
 
     def run(self, kernel, prep: Prepared, args: GatedArgs, shape, run_shape):
-        inst, m, rm = prep.inst, shape[0], run_shape[0]
+        m, rm = shape[0], run_shape[0]
         x = args.x if rm == m else _pad_m(args.x, rm, False)
         case = prep.case(A=x, B=args.w_gate, trans_a=False, trans_b=True, workspace=prep.alloc_workspaces(x.device),
                          B_UP=args.w_up)
