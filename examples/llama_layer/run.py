@@ -35,9 +35,9 @@ walk (sqrt of the count), the MLP's on top of the attention branch's (it reads t
 standard deviations bound the largest of ~10^7 elements. transformers' own bf16 layer must pass it too (the
 model's check); a control must fail it. The fused layer rounds a subset of those intermediates, so the same
 bound holds for it: add_rmsnorm rounds the sum and the normed input as the unfused ops do; the gated-MLP kernel
-keeps gate/up, the SiLU and the product in fp32 and rounds only the product (1 of S_MLP's gate/up, SiLU, product);
-down_proj + residual rounds only the output (down_proj's own rounding is gone, the output's is the first term).
-Their fp32 accumulation is the plain GEMMs' (the same K order per tile), which the model does not count apart.
+keeps gate/up, the SiLU and the product in fp32 and rounds only the product, where the unfused MLP rounds each of
+them; down_proj + residual rounds only the output (down_proj's own rounding is gone, the output's is the first
+term). Their products accumulate in fp32 as the plain GEMMs do, which the model does not count apart either.
 """
 
 from __future__ import annotations
