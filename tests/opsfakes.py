@@ -21,8 +21,18 @@ def _expect(cond: bool, what: str) -> None:
         raise KernelCallError(what)
 
 
+_ACT = {"relu": lambda x: x.clamp_min(0), "silu": lambda x: x / (1 + torch.exp(-x)),
+        "gelu_erf": lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2))),
+        "gelu_tanh": lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))}
+
+
 def gemm_kernel(inst, shape):
+    """A, B, then the fused kernels' B_UP, Bias, Residual (inst.input_names), the workspaces, C."""
+    f = inst.fused
+
     def run(A, B, *rest):
+        rest = list(rest)
+        extra = {name: rest.pop(0) for name in inst.input_names()}
         *ws, C = rest
         m = A.shape[1] if inst.trans_a else A.shape[0]
         k = A.shape[0] if inst.trans_a else A.shape[1]
@@ -35,7 +45,21 @@ def gemm_kernel(inst, shape):
         _expect(tuple(C.shape) == (m, n), "gemm C")
         a = (A.t() if inst.trans_a else A).double()
         b = (B.t() if inst.trans_b else B).double()
-        C.copy_((a @ b).to(C.dtype))
+        c = a @ b
+        if f is not None and f.gate is not None:
+            up = extra["B_UP"]
+            _expect(up.shape == B.shape and up.dtype == B.dtype, "gemm B_UP")
+            c = _ACT[f.activation](c) * (a @ (up.t() if inst.trans_b else up).double())
+        elif f is not None:
+            c = c * f.scale if f.scale is not None else c
+            if f.bias_dtype is not None:
+                _expect(tuple(extra["Bias"].shape) == (n,), "gemm Bias")
+                c = c + extra["Bias"].double()
+            c = _ACT[f.activation](c) if f.activation else c
+            if f.residual:
+                _expect(tuple(extra["Residual"].shape) == (m, n) and extra["Residual"].dtype == C.dtype, "gemm Residual")
+                c = c + f.beta * extra["Residual"].double()
+        C.copy_(c.to(C.dtype))
     return run
 
 

@@ -1,10 +1,12 @@
 """The fused row ops on the CPU (add_rmsnorm, add_layernorm, rmsnorm_fp8, add_rmsnorm_fp8, softmax with a scale and
 a mask): dispatch to the fused kernels (tests/opsfakes.py), their unfused torch fallbacks, strict mode, the input
 checks, torch.compile without graph breaks; the call-key cache; and a Llama-shaped decoder layer (a minimal
-stand-in for transformers' own, whose forward it copies) patched with fuse=True."""
+stand-in for transformers' own, whose forward it copies) patched with fuse=True (add_rmsnorm, the gated MLP and
+down_proj + residual; the fused GEMM ops themselves: tests/test_ops_gemm_fused.py)."""
 
 from __future__ import annotations
 
+import collections
 import copy
 import warnings
 
@@ -307,6 +309,25 @@ LAYER_SPECS = f"""\
   pipeline: {{stages: 2}}
   tail: predicated
   targets: [sm_90]
+- name: gate_up
+  op: gemm
+  dtypes: {{a: bf16, b: bf16, out: bf16, accumulate: fp32}}
+  layout: nt
+  gate: swiglu
+  shapes: [{{m: {TOKENS}, n: {MLP}, k: {HIDDEN}}}]
+  tiling: {{block_m: 64, block_n: 64, block_k: 64, threads: 128}}
+  pipeline: {{stages: 2}}
+  targets: [sm_90]
+- name: down_residual
+  op: gemm
+  dtypes: {{a: bf16, b: bf16, out: bf16, accumulate: fp32}}
+  layout: nt
+  epilogue_ops:
+    residual: {{beta: 1.0}}
+  shapes: [{{m: {TOKENS}, n: {HIDDEN}, k: {MLP}}}]
+  tiling: {{block_m: 64, block_n: 64, block_k: 64, threads: 128}}
+  pipeline: {{stages: 2}}
+  targets: [sm_90]
 - name: norm
   op: rmsnorm
   dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
@@ -395,9 +416,10 @@ class _MLP(nn.Module):
         self.gate_proj = nn.Linear(HIDDEN, MLP, bias=False)
         self.up_proj = nn.Linear(HIDDEN, MLP, bias=False)
         self.down_proj = nn.Linear(MLP, HIDDEN, bias=False)
+        self.act_fn = nn.SiLU()  # LlamaMLP's ACT2FN["silu"]
 
     def forward(self, x):
-        return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -447,7 +469,7 @@ def _inputs():
     return x, (angle.cos().to(torch.bfloat16), angle.sin().to(torch.bfloat16))
 
 
-def test_fused_layer_matches_the_unfused_one_and_calls_add_rmsnorm(layer_ops, layer):
+def test_fused_layer_matches_the_unfused_one_and_calls_the_fused_kernels(layer_ops, layer):
     import inspect
 
     plain = patch_llama_layer(copy.deepcopy(layer), layer_ops)
@@ -455,6 +477,7 @@ def test_fused_layer_matches_the_unfused_one_and_calls_add_rmsnorm(layer_ops, la
     assert type(fused).__name__ == "FusedLlamaDecoderLayer" and isinstance(fused, LlamaDecoderLayer)
     assert inspect.signature(type(fused).forward) == inspect.signature(LlamaDecoderLayer.forward)
     assert patch_llama_layer(copy.deepcopy(fused), layer_ops, fuse=True).__class__ is type(fused)  # not twice
+    assert fused.tilegen_mlp_activation == "silu"
     x, pe = _inputs()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error", FallbackWarning)
@@ -464,12 +487,46 @@ def test_fused_layer_matches_the_unfused_one_and_calls_add_rmsnorm(layer_ops, la
         got = call_layer(fused, x, pe)
         again = fused(x, None, None, None, False, None, pe)  # positionally, as the original signature binds
     assert isinstance(got, torch.Tensor) and got.shape == x.shape
-    # the fused add rounds the same sum once and normalises it as ops.rmsnorm does: the same bits
-    torch.testing.assert_close(got, got_plain, rtol=0, atol=0)
     torch.testing.assert_close(again, got, rtol=0, atol=0)
+    # the fused MLP rounds fewer intermediates (the gated product once, down_proj + residual once): close, not equal
+    torch.testing.assert_close(got, got_plain, atol=0.03, rtol=0.02)
     torch.testing.assert_close(got, want, atol=0.06, rtol=0.05)
-    calls = {(s.op, s.route): s.calls for s in layer_ops.stats()}
-    assert calls[("add_rmsnorm", "spec")] == 2 and calls[("rmsnorm", "spec")] == 2  # input_layernorm only
+    calls = collections.Counter()
+    for st in layer_ops.stats():
+        calls[st.op, st.route] += st.calls
+    assert calls == {("add_rmsnorm", "spec"): 2, ("rmsnorm", "spec"): 2, ("gated_mlp", "spec"): 2,  # two calls
+                     ("gemm_epilogue", "spec"): 2, ("gemm", "spec"): 8, ("rope", "spec"): 2, ("attention", "spec"): 2}
+    wants = {s.op: s.want for s in layer_ops.stats()}
+    assert wants["gated_mlp"].endswith("gate=swiglu") and wants["gemm_epilogue"].endswith("residual=add beta=1")
+
+    # the fused layer's MLP: residual + down(silu(h Wg^T) * (h Wu^T)), in the fake kernels' float64 then one rounding
+    # each -- recomputed from the layer's own add_rmsnorm outputs
+    seen = {}
+    real_gated, real_linear = layer_ops.gated_mlp, layer_ops.linear
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(layer_ops, name)
+
+        def gated_mlp(self, h, wg, wu, activation="silu"):
+            seen["h"] = h
+            seen["p"] = real_gated(h, wg, wu, activation=activation)
+            return seen["p"]
+
+        def linear(self, x, w, bias=None, **kw):
+            if "residual" in kw:
+                seen["residual"] = kw["residual"]
+            return real_linear(x, w, bias, **kw)
+
+    spied = patch_llama_layer(copy.deepcopy(layer), Spy(), fuse=True)
+    with torch.no_grad():
+        out = call_layer(spied, x, pe)
+    h = seen["h"].double()
+    mlp = layer.mlp
+    p = (torch.nn.functional.silu(h @ mlp.gate_proj.weight.double().t()) * (h @ mlp.up_proj.weight.double().t()))
+    torch.testing.assert_close(seen["p"], p.to(torch.bfloat16), rtol=0, atol=0)
+    expect = seen["p"].double() @ mlp.down_proj.weight.double().t() + seen["residual"].double()
+    torch.testing.assert_close(out, expect.to(torch.bfloat16), rtol=0, atol=0)
 
     class NoResidual:  # add_rmsnorm that drops the residual: one fused op broken on purpose
         def __getattr__(self, name):
@@ -478,10 +535,36 @@ def test_fused_layer_matches_the_unfused_one_and_calls_add_rmsnorm(layer_ops, la
         def add_rmsnorm(self, x, residual, weight, eps):
             return layer_ops.add_rmsnorm(x, torch.zeros_like(residual), weight, eps)
 
-    broken = patch_llama_layer(copy.deepcopy(layer), NoResidual(), fuse=True)
-    with torch.no_grad():
-        bad = call_layer(broken, x, pe)
-    assert not torch.allclose(bad, want, atol=0.06, rtol=0.05)
+    class SwappedGateUp:  # the gated MLP with its two weights swapped: silu(h Wu^T) * (h Wg^T)
+        def __getattr__(self, name):
+            return getattr(layer_ops, name)
+
+        def gated_mlp(self, h, wg, wu, activation="silu"):
+            return layer_ops.gated_mlp(h, wu, wg, activation=activation)
+
+    for broken_ops in (NoResidual(), SwappedGateUp()):
+        broken = patch_llama_layer(copy.deepcopy(layer), broken_ops, fuse=True)
+        with torch.no_grad():
+            bad = call_layer(broken, x, pe)
+        assert not torch.allclose(bad, want, atol=0.06, rtol=0.05), type(broken_ops).__name__
+
+
+def test_fuse_refuses_an_mlp_the_gated_kernels_do_not_compute(layer_ops, layer):
+    from codegen.ops import OpsError
+
+    odd = copy.deepcopy(layer)
+    odd.mlp.act_fn = nn.Tanh()
+    with pytest.raises(OpsError, match=r"the MLP's activation \(Tanh\) is not one the gated-MLP kernels compute"):
+        patch_llama_layer(odd, layer_ops, fuse=True)
+    biased = copy.deepcopy(layer)
+    biased.mlp.up_proj = nn.Linear(HIDDEN, MLP, bias=True).to(torch.bfloat16)
+    with pytest.raises(OpsError, match="mlp.up_proj has a bias"):
+        patch_llama_layer(biased, layer_ops, fuse=True)
+    gelu = copy.deepcopy(layer)
+    gelu.mlp.act_fn = nn.GELU(approximate="tanh")
+    assert patch_llama_layer(gelu, layer_ops, fuse=True).tilegen_mlp_activation == "gelu_tanh"
+    plain = patch_llama_layer(copy.deepcopy(odd), layer_ops)  # fuse=False: transformers' MLP, whatever it computes
+    assert not hasattr(plain, "tilegen_mlp_activation")
 
 
 def test_fused_layer_compiles_without_graph_breaks(layer_ops, layer):
@@ -490,5 +573,6 @@ def test_fused_layer_compiles_without_graph_breaks(layer_ops, layer):
     with torch.no_grad():
         explained = torch._dynamo.explain(fused)(x, position_embeddings=pe, attention_mask=None)
     assert explained.graph_break_count == 0
-    assert "tilegen.add_rmsnorm" in "".join(g.code for g in explained.graphs)
+    code = "".join(g.code for g in explained.graphs)
+    assert all(f"tilegen.{op}" in code for op in ("add_rmsnorm", "gated_mlp", "gemm_epilogue"))
     torch._dynamo.reset()

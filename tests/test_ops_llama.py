@@ -35,6 +35,31 @@ SPECS = f"""\
   pipeline: {{stages: 2}}
   tail: predicated
   targets: [sm_90]
+- name: gate_up
+  op: gemm
+  dtypes: {{a: bf16, b: bf16, out: bf16, accumulate: fp32}}
+  layout: nt
+  gate: swiglu
+  dynamic_m: {{min: 1, max: 4096}}
+  shapes:
+    - {{m: {PREFILL}, n: {MLP}, k: {HIDDEN}}}
+  tiling: {{block_m: 64, block_n: 64, block_k: 64, threads: 128}}
+  pipeline: {{stages: 2}}
+  tail: predicated
+  targets: [sm_90]
+- name: down_residual
+  op: gemm
+  dtypes: {{a: bf16, b: bf16, out: bf16, accumulate: fp32}}
+  layout: nt
+  epilogue_ops:
+    residual: {{beta: 1.0}}
+  dynamic_m: {{min: 1, max: 4096}}
+  shapes:
+    - {{m: {PREFILL}, n: {HIDDEN}, k: {MLP}}}
+  tiling: {{block_m: 64, block_n: 64, block_k: 64, threads: 128}}
+  pipeline: {{stages: 2}}
+  tail: predicated
+  targets: [sm_90]
 - name: norm
   op: rmsnorm
   dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
@@ -149,8 +174,10 @@ def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_i
         torch.testing.assert_close(got_d, want_d, atol=0.06, rtol=0.05)
         torch.testing.assert_close(caches["bshd"].k[0], caches["bhsd"].k[0].transpose(1, 2), atol=0.02, rtol=0.02)
     routes = {(s.op, s.route) for s in ops.stats()}
+    fused = {("add_rmsnorm", "spec"), ("gated_mlp", "spec"), ("gated_mlp", "dynamic"), ("gemm_epilogue", "spec"),
+             ("gemm_epilogue", "dynamic")}
     assert routes == {("gemm", "spec"), ("gemm", "dynamic"), ("rmsnorm", "spec"), ("rope", "spec"),
-                      ("attention", "spec"), ("attention_decode", "spec")} | ({("add_rmsnorm", "spec")} if fuse else set())
+                      ("attention", "spec"), ("attention_decode", "spec")} | (fused if fuse else set())
 
     class WrongWayRope:  # rotates the other way: one op broken on purpose
         def __getattr__(self, name):

@@ -222,15 +222,17 @@ class GemmAdapter(Adapter):
         params = (("layout", layout), ("dtypes", f"{a}/{b}/{out}"))
         return Want("gemm", params + ((("precision", precision),) if precision else ()))
 
-    def call(self, ctx: Ctx, args: GemmArgs) -> tuple[Want, tuple]:
-        op = "gemm"
+    def call(self, ctx: Ctx, args: GemmArgs, *, op: str = "gemm", names: tuple[str, str] = ("a", "b")) -> tuple[Want, tuple]:
+        """`op` and `names`: the op and the two inputs as the messages name them (the fused GEMMs check A and B
+        here too)."""
+        na, nb = names
         _require(args.layout in LAYOUTS, op, lambda: f"layout {args.layout!r} is not one of {', '.join(LAYOUTS)}")
-        check_tensor(ctx, op, "a", args.a, ndim=2)
-        check_tensor(ctx, op, "b", args.b, ndim=2, dtype=args.a.dtype, like=args.a)
+        check_tensor(ctx, op, na, args.a, ndim=2)
+        check_tensor(ctx, op, nb, args.b, ndim=2, dtype=args.a.dtype, like=args.a)
         m, n, ka, kb = gemm_mnk(args.layout, args.a, args.b)
-        _require(ka == kb, op, lambda: f"a ({_shape(args.a)}) and b ({_shape(args.b)}) do not agree on K for layout "
-                               f"{args.layout} ({ka} vs {kb})")
-        a_name = ctx.dtype_name(op, "a", args.a.dtype)
+        _require(ka == kb, op, lambda: f"{na} ({_shape(args.a)}) and {nb} ({_shape(args.b)}) do not agree on K for "
+                               f"layout {args.layout} ({ka} vs {kb})")
+        a_name = ctx.dtype_name(op, na, args.a.dtype)
         out_name = ctx.dtype_name(op, "out_dtype", args.out_dtype)
         fp32 = a_name == DType.FP32.value
         if fp32:
@@ -274,6 +276,208 @@ class GemmAdapter(Adapter):
     def fake(self, ctx: Ctx, args: GemmArgs):
         m, n, _, _ = gemm_mnk(args.layout, args.a, args.b)
         return args.a.new_empty((m, n), dtype=args.out_dtype)
+
+
+# ---- GEMM with fused epilogue ops, and the gated MLP (GemmInstance.fused) -----------------------------------------
+
+ACTIVATIONS = ("relu", "gelu_tanh", "gelu_erf", "silu")  # codegen.families.gemm.spec.Activation
+GATES = {"silu": "swiglu", "gelu_erf": "geglu", "gelu_tanh": "geglu_tanh"}  # the gated MLP's activation -> spec gate
+
+
+class GemmEpilogueArgs(NamedTuple):
+    """C = act(scale * op(A) @ op(B) + bias) + beta * residual: bias [N] (its own dtype) or None, residual [M, N]
+    (C's dtype) or None, scale None or a number, activation '' (none) or one of ACTIVATIONS, beta the residual's
+    factor."""
+
+    a: object
+    b: object
+    layout: str
+    out_dtype: object
+    precision: str
+    bias: object = None
+    residual: object = None
+    scale: float | None = None
+    activation: str = ""
+    beta: float = 1.0
+
+
+class GatedArgs(NamedTuple):
+    """The gated MLP act(x @ w_gate^T) * (x @ w_up^T): x [M, K], w_gate and w_up [N, K] (nn.Linear's weights)."""
+
+    x: object
+    w_gate: object
+    w_up: object
+    activation: str
+
+
+def _fp32_factor(op: str, name: str, value) -> float:
+    """A scale or beta as the kernels hold it: a finite, nonzero fp32 (the spec's NormalFp32)."""
+    value = float(value)
+    fp = as_fp32(value) if math.isfinite(value) else value
+    _require(math.isfinite(fp) and abs(fp) >= 2.0**-126, op,
+             lambda: f"{name} must be a finite, nonzero fp32 number, not {value}")
+    return fp
+
+
+def _product32(a, b, layout: str, precision: str):
+    """op(A) @ op(B) in fp32 from the stored inputs (TF32 only where precision says tf32): the product the fused
+    kernels' epilogue reads."""
+    from codegen.families.gemm.numerics import full_fp32
+
+    ta, tb = LAYOUTS[layout]
+    a = a.t() if ta else a
+    b = b.t() if tb else b
+    with full_fp32(allow_tf32=precision == "tf32"):
+        return torch.matmul(a.float(), b.float())
+
+
+def _activation(name: str, y):
+    from codegen.families.gemm.numerics import activation
+
+    return activation(name, y)
+
+
+class GemmEpilogueAdapter(Adapter):
+    """The GEMM with epilogue ops (spec `epilogue_ops`): served only by the kernels whose ops are exactly the call's
+    (their Want names each op and its constant; the plain GEMM's names none, a gated kernel's its gate)."""
+
+    op = "gemm"
+    name = "gemm_epilogue"
+
+    def want_of(self, inst) -> Want | None:
+        a, b, out, acc = inst.spec_dtypes
+        f = inst.fused
+        if acc != ACCUMULATE or f is None or f.gate is not None:
+            return None
+        return self._want(GemmAdapter._want(inst.layout, a, b, out, inst.precision or ""), f.scale, f.bias_dtype,
+                          f.activation or "", f.residual, f.beta)
+
+    @staticmethod
+    def _want(base: Want, scale, bias_dtype, activation: str, residual: bool, beta: float) -> Want:
+        params = (("scale", scale),) * (scale is not None) + (("bias", bias_dtype),) * (bias_dtype is not None)
+        params += (("activation", activation),) * bool(activation)
+        params += ((("residual", "add"), ("beta", beta)) if residual else ())
+        return Want(base.op, base.params + params)
+
+    def call(self, ctx: Ctx, args: GemmEpilogueArgs) -> tuple[Want, tuple]:
+        op = self.name
+        base, shape = ADAPTERS["gemm"].call(ctx, GemmArgs(args.a, args.b, args.layout, args.out_dtype, args.precision),
+                                            op=op)
+        m, n, _ = shape
+        bias_name = None
+        if args.bias is not None:
+            check_tensor(ctx, op, "bias", args.bias, ndim=1, like=args.a)
+            _require(args.bias.shape[0] == n, op, lambda: f"bias has {args.bias.shape[0]} elements, the output "
+                                                          f"{n} columns")
+            bias_name = ctx.dtype_name(op, "bias", args.bias.dtype)
+        if args.residual is not None:
+            check_tensor(ctx, op, "residual", args.residual, ndim=2, dtype=args.out_dtype, like=args.a)
+            _require(tuple(args.residual.shape) == (m, n), op,
+                     lambda: f"residual is {_shape(args.residual)}; the output is {m}x{n}")
+        _require(args.activation in ("", *ACTIVATIONS), op,
+                 lambda: f"activation {args.activation!r} is not one of None, {', '.join(ACTIVATIONS)}")
+        scale = None if args.scale is None else _fp32_factor(op, "scale", args.scale)
+        beta = _fp32_factor(op, "beta", args.beta)
+        _require(args.residual is not None or beta == 1.0, op, lambda: "beta scales the residual: pass residual too")
+        _require(args.bias is not None or args.residual is not None or scale is not None or bool(args.activation), op,
+                 lambda: "no epilogue op given (bias, residual, scale, activation): that is the plain gemm")
+        return self._want(base, scale, bias_name, args.activation, args.residual is not None, beta), shape
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return ADAPTERS["gemm"].workspaces(inst, run_shape)
+
+    def case_type(self):
+        from codegen.families.gemm.numerics import GemmCase
+
+        return GemmCase
+
+    def run(self, kernel, prep: Prepared, args: GemmEpilogueArgs, shape, run_shape):
+        inst, m, rm = prep.inst, shape[0], run_shape[0]
+        a = args.a if rm == m else _pad_m(args.a, rm, inst.trans_a)
+        r = args.residual if (args.residual is None or rm == m) else _pad_m(args.residual, rm, False)
+        case = prep.case(A=a, B=args.b, trans_a=inst.trans_a, trans_b=inst.trans_b,
+                         workspace=prep.alloc_workspaces(a.device), bias=args.bias, residual=r)
+        out = _empty(prep.out_shape, args.out_dtype, a.device)
+        prep.launch(kernel, case, out)
+        return out if rm == m else out[:m]
+
+    def fallback(self, ctx: Ctx, args: GemmEpilogueArgs):
+        """The kernels' arithmetic, unfused: the product in fp32 from the stored inputs, then in fp32 and in this
+        order the scale (as fp32), the bias, the activation, beta * residual; one rounding to the output dtype."""
+        y = _product32(args.a, args.b, args.layout, args.precision)
+        if args.scale is not None:
+            y = y * as_fp32(args.scale)
+        if args.bias is not None:
+            y = y + args.bias.float()
+        if args.activation:
+            y = _activation(args.activation, y)
+        if args.residual is not None:
+            y = y + args.residual.float() * as_fp32(args.beta)
+        return y.to(args.out_dtype)
+
+    def fake(self, ctx: Ctx, args: GemmEpilogueArgs):
+        m, n, _, _ = gemm_mnk(args.layout, args.a, args.b)
+        return args.a.new_empty((m, n), dtype=args.out_dtype)
+
+
+class GatedMlpAdapter(Adapter):
+    """The gated MLP (spec `gate`, layout nt): one kernel computes act(x @ w_gate^T) * (x @ w_up^T) from the two
+    weights as they are; served only by the gated kernels of the call's activation."""
+
+    op = "gemm"
+    name = "gated_mlp"
+
+    def want_of(self, inst) -> Want | None:
+        a, b, out, acc = inst.spec_dtypes
+        f = inst.fused
+        if acc != ACCUMULATE or f is None or f.gate is None:
+            return None
+        return self._want(GemmAdapter._want(inst.layout, a, b, out, inst.precision or ""), f.gate)
+
+    @staticmethod
+    def _want(base: Want, gate: str) -> Want:
+        return Want(base.op, base.params + (("gate", gate),))
+
+    def call(self, ctx: Ctx, args: GatedArgs) -> tuple[Want, tuple]:
+        op = self.name
+        _require(args.activation in GATES, op,
+                 lambda: f"activation {args.activation!r} is not one of {', '.join(GATES)} (the gated kernels')")
+        dtype = args.x.dtype if isinstance(args.x, torch.Tensor) else None  # not a tensor: refused by the checks
+        base, shape = ADAPTERS["gemm"].call(ctx, GemmArgs(args.x, args.w_gate, "nt", dtype,
+                                                          "ieee" if dtype == torch.float32 else ""),
+                                            op=op, names=("x", "w_gate"))
+        check_tensor(ctx, op, "w_up", args.w_up, ndim=2, dtype=args.x.dtype, like=args.x)
+        _require(tuple(args.w_up.shape) == tuple(args.w_gate.shape), op,
+                 lambda: f"w_up is {_shape(args.w_up)}, w_gate {_shape(args.w_gate)}: the two weights must be the "
+                         "same shape [out, in]")
+        return self._want(base, GATES[args.activation]), shape
+
+    def workspaces(self, inst, run_shape: tuple) -> tuple:
+        return ADAPTERS["gemm"].workspaces(inst, run_shape)
+
+    def case_type(self):
+        from codegen.families.gemm.numerics import GemmCase
+
+        return GemmCase
+
+    def run(self, kernel, prep: Prepared, args: GatedArgs, shape, run_shape):
+        m, rm = shape[0], run_shape[0]
+        x = args.x if rm == m else _pad_m(args.x, rm, False)
+        case = prep.case(A=x, B=args.w_gate, trans_a=False, trans_b=True, workspace=prep.alloc_workspaces(x.device),
+                         B_UP=args.w_up)
+        out = _empty(prep.out_shape, args.x.dtype, x.device)
+        prep.launch(kernel, case, out)
+        return out if rm == m else out[:m]
+
+    def fallback(self, ctx: Ctx, args: GatedArgs):
+        """The kernels' arithmetic, unfused: both products in fp32 from the stored inputs, act(gate) * up in fp32,
+        one rounding to x's dtype."""
+        g = _product32(args.x, args.w_gate, "nt", "ieee")
+        u = _product32(args.x, args.w_up, "nt", "ieee")
+        return (_activation(args.activation, g) * u).to(args.x.dtype)
+
+    def fake(self, ctx: Ctx, args: GatedArgs):
+        return args.x.new_empty((args.x.shape[0], args.w_gate.shape[0]))
 
 
 def _pad_m(a, rows: int, trans: bool):
@@ -657,6 +861,8 @@ class AttentionAdapter(Adapter):
 
 ADAPTERS: dict[str, Adapter] = {
     "gemm": GemmAdapter(),
+    "gemm_epilogue": GemmEpilogueAdapter(),
+    "gated_mlp": GatedMlpAdapter(),
     "softmax": SoftmaxAdapter(),
     "rmsnorm": NormAdapter("rmsnorm"),
     "layernorm": NormAdapter("layernorm"),

@@ -29,7 +29,9 @@ from codegen.ops.adapters import (
     ADAPTERS,
     AttentionArgs,
     Ctx,
+    GatedArgs,
     GemmArgs,
+    GemmEpilogueArgs,
     RopeArgs,
     RowArgs,
     SoftmaxArgs,
@@ -136,33 +138,68 @@ class Ops:
         self.handle = library.register(self)
 
     # ---- the ops ---------------------------------------------------------------------------------------------
-    def linear(self, x, weight, bias=None):
-        """nn.Linear's y = x @ weight^T (+ bias): x [..., in], weight [out, in]; a GEMM of layout nt over x's
-        leading dimensions as M. The bias (if any) is added by torch after the kernel."""
-        if not x.is_contiguous():
-            raise OpsInputError(f"tilegen.linear: x is not contiguous (strides {tuple(x.stride())}): pass .contiguous()")
-        if x.dim() == 2:
-            y = self.gemm(x, weight, layout="nt")
-            return y if bias is None else y + bias
-        if x.dim() < 1:
-            raise OpsInputError("tilegen.linear: x must have at least one dimension")
-        y = self.gemm(x.reshape(-1, x.shape[-1]), weight, layout="nt")
-        y = y.view(*x.shape[:-1], weight.shape[0])
-        return y if bias is None else y + bias
+    def linear(self, x, weight, bias=None, *, scale: float | None = None, activation: str | None = None,
+               residual=None, beta: float = 1.0):
+        """nn.functional.linear's y = x @ weight^T (+ bias), x [..., in], weight [out, in]: a GEMM of layout nt over
+        x's leading dimensions as M. With a bias, scale, activation or residual ([..., out], the output's shape and
+        dtype), the fused GEMM of exactly those epilogue ops, in the kernels' fixed order and in fp32:
+        y = act(scale * (x @ weight^T) + bias) + beta * residual (gemm_epilogue); without any, the plain GEMM."""
+        op = "linear"
+        _check_rows(op, "x", x)
+        fused = bias is not None or scale is not None or activation is not None or residual is not None
+        if not fused and beta != 1.0:
+            raise OpsInputError("tilegen.linear: beta scales the residual: pass residual too")
+        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        if not fused:
+            y = self.gemm(flat, weight, layout="nt")
+        else:
+            r = residual
+            if isinstance(r, torch.Tensor) and x.dim() != 2:
+                out_shape = (*x.shape[:-1], weight.shape[0])
+                if tuple(r.shape) != out_shape:
+                    raise OpsInputError(f"tilegen.linear: residual is {'x'.join(map(str, r.shape))}; the output is "
+                                        f"{'x'.join(map(str, out_shape))}")
+                _check_rows(op, "residual", r)
+                r = r.reshape(-1, r.shape[-1])
+            y = self.gemm(flat, weight, layout="nt", bias=bias, scale=scale, activation=activation, residual=r, beta=beta)
+        return y if x.dim() == 2 else y.view(*x.shape[:-1], weight.shape[0])
 
-    def gemm(self, a, b, *, layout: str = "nn", out_dtype=None, precision: str | None = None):
+    def gemm(self, a, b, *, layout: str = "nn", out_dtype=None, precision: str | None = None, bias=None,
+             scale: float | None = None, activation: str | None = None, residual=None, beta: float = 1.0):
         """C = op(A) @ op(B), A and B stored as `layout` says (t: transposed: A as K x M, B as N x K; nt is
         nn.Linear's); out_dtype: the output's dtype (default: the inputs'; required for fp8 inputs); precision:
-        fp32 inputs only, ieee (default), tf32 or 3xtf32."""
+        fp32 inputs only, ieee (default), tf32 or 3xtf32. With epilogue ops -- bias [N] (its own dtype), scale,
+        activation (relu, gelu_tanh, gelu_erf, silu), residual [M, N] (C's dtype) times beta -- C = act(scale * AB +
+        bias) + beta * residual in fp32, one rounding, served only by the kernels of exactly those ops."""
         if out_dtype is None:
             if a.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
                 raise OpsInputError("tilegen.gemm: fp8 inputs need out_dtype (the kernels write fp16, bf16 or fp32)")
             out_dtype = a.dtype
         if precision is None:
             precision = "ieee" if a.dtype == torch.float32 else ""
+        if bias is not None or scale is not None or activation is not None or residual is not None or beta != 1.0:
+            scale = None if scale is None else float(scale)
+            activation = "" if activation is None else activation
+            if _direct(a, b, bias, residual):
+                return self.run_op("gemm_epilogue", GemmEpilogueArgs(a, b, layout, out_dtype, precision, bias, residual,
+                                                                     scale, activation, float(beta)))
+            return torch.ops.tilegen.gemm_epilogue(a, b, bias, residual, layout, out_dtype, precision, scale, activation,
+                                                   float(beta), self.handle)
         if _direct(a, b):
             return self.run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
         return torch.ops.tilegen.gemm(a, b, layout, out_dtype, precision, self.handle)
+
+    def gated_mlp(self, x, w_gate, w_up, *, activation: str = "silu"):
+        """The gated MLP in one kernel: act(x @ w_gate^T) * (x @ w_up^T), x [..., in], w_gate and w_up [out, in]
+        (the gate_proj and up_proj weights of nn.Linear, as they are); activation silu (SwiGLU), gelu_erf or
+        gelu_tanh (GeGLU). Both products and the gate in fp32, one rounding to x's dtype."""
+        _check_rows("gated_mlp", "x", x)
+        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        if _direct(flat, w_gate, w_up):
+            y = self.run_op("gated_mlp", GatedArgs(flat, w_gate, w_up, activation))
+        else:
+            y = torch.ops.tilegen.gated_mlp(flat, w_gate, w_up, activation, self.handle)
+        return y if x.dim() == 2 else y.view(*x.shape[:-1], w_gate.shape[0])
 
     def softmax(self, x, *, scale: float | None = None, mask=None):
         """softmax over the last dimension, fp32 statistics; with `scale` and/or an additive `mask` (x's dtype, x's
@@ -399,6 +436,17 @@ def _direct(*tensors) -> bool:
         if type(t) is not _TENSOR or (grad and t.requires_grad):
             return False
     return True
+
+
+def _check_rows(op: str, name: str, x) -> None:
+    """An input the op views as [rows, last dim]: a contiguous tensor of at least one dimension (a strided view is
+    refused, never copied by the reshape)."""
+    if not isinstance(x, torch.Tensor):
+        raise OpsInputError(f"tilegen.{op}: {name} must be a torch.Tensor, not {type(x).__name__}")
+    if x.dim() < 1:
+        raise OpsInputError(f"tilegen.{op}: {name} must have at least one dimension")
+    if not x.is_contiguous():
+        raise OpsInputError(f"tilegen.{op}: {name} is not contiguous (strides {tuple(x.stride())}): pass .contiguous()")
 
 
 def _scale(scale):

@@ -14,7 +14,7 @@ import weakref
 
 import torch
 
-from codegen.ops.adapters import AttentionArgs, GemmArgs, RopeArgs, RowArgs, SoftmaxArgs
+from codegen.ops.adapters import AttentionArgs, GatedArgs, GemmArgs, GemmEpilogueArgs, RopeArgs, RowArgs, SoftmaxArgs
 from codegen.ops.errors import OpsError
 
 NAMESPACE = "tilegen"
@@ -49,6 +49,32 @@ def gemm(a: torch.Tensor, b: torch.Tensor, layout: str, out_dtype: torch.dtype, 
 @gemm.register_fake
 def _(a, b, layout, out_dtype, precision, handle):
     return lookup(handle).fake_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
+
+
+@_op("gemm_epilogue")
+def gemm_epilogue(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None, layout: str,
+                  out_dtype: torch.dtype, precision: str, scale: float | None, activation: str, beta: float,
+                  handle: int) -> torch.Tensor:
+    """act(scale * op(A) @ op(B) + bias) + beta * residual (activation '': none)."""
+    return lookup(handle).run_op("gemm_epilogue", GemmEpilogueArgs(a, b, layout, out_dtype, precision, bias, residual,
+                                                                   scale, activation, beta))
+
+
+@gemm_epilogue.register_fake
+def _(a, b, bias, residual, layout, out_dtype, precision, scale, activation, beta, handle):
+    return lookup(handle).fake_op("gemm_epilogue", GemmEpilogueArgs(a, b, layout, out_dtype, precision, bias, residual,
+                                                                    scale, activation, beta))
+
+
+@_op("gated_mlp")
+def gated_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activation: str, handle: int) -> torch.Tensor:
+    """act(x @ w_gate^T) * (x @ w_up^T)."""
+    return lookup(handle).run_op("gated_mlp", GatedArgs(x, w_gate, w_up, activation))
+
+
+@gated_mlp.register_fake
+def _(x, w_gate, w_up, activation, handle):
+    return lookup(handle).fake_op("gated_mlp", GatedArgs(x, w_gate, w_up, activation))
 
 
 @_op("softmax")
@@ -162,5 +188,5 @@ def _(q, k, v, mask, scale, handle):
     return lookup(handle).fake_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
 
 
-OPS = ("gemm", "softmax", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "rmsnorm_fp8", "add_rmsnorm_fp8", "rope",
+OPS = ("gemm", "gemm_epilogue", "gated_mlp", "softmax", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "rmsnorm_fp8", "add_rmsnorm_fp8", "rope",
        "attention", "attention_decode")

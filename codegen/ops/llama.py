@@ -11,10 +11,12 @@ What is swapped, and what stays:
   over the tokens of the call) or, with a KVCache and one query token, ops.attention_decode over the cache;
 - the residual adds, the SiLU and the gate product stay transformers' torch code.
 The layer's forward is transformers' own, unchanged -- unless `fuse=True`: then the layer's forward is replaced
-by `fused_forward`, the same computation with the residual add after attention and post_attention_layernorm as
-one ops.add_rmsnorm (the sum is written for the MLP's residual and normalised in one pass); the layer's class
-becomes a subclass of its own (`Fused<name>`) whose forward has the original's signature and returns what it
-returned (a tensor, or a 1-tuple where the layer of the installed transformers returns one).
+by `fused_forward`, the same computation with three fused kernels: the residual add after attention and
+post_attention_layernorm as one ops.add_rmsnorm (the sum is written for the MLP's residual and normalised in one
+pass), gate_proj, up_proj, the activation and the product as one ops.gated_mlp (the two weights as they are), and
+down_proj with the closing residual add in its epilogue (ops.linear(..., residual=)). The layer's class becomes a
+subclass of its own (`Fused<name>`) whose forward has the original's signature and returns what it returned (a
+tensor, or a 1-tuple where the layer of the installed transformers returns one).
 Works with the forward signatures of transformers that pass position_embeddings=(cos, sin) to the layer (4.48
 and later: cache passed as `cache`, `past_key_values` or `past_key_value`).
 """
@@ -98,7 +100,8 @@ class TilegenLinear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x):
-        return self.ops.linear(x, self.weight, self.bias)
+        y = self.ops.linear(x, self.weight)  # the plain GEMM kernel; a bias is torch's add (ops.linear with a bias
+        return y if self.bias is None else y + self.bias  # would ask for a kernel with the bias in its epilogue)
 
 
 class TilegenRMSNorm(nn.Module):
@@ -193,7 +196,8 @@ def patch_llama_layer(layer: nn.Module, ops, *, fuse: bool = False) -> nn.Module
     """Route `layer`'s projections, RMSNorms, RoPE and attention through `ops`, in place (the same weight
     Parameters; the module docstring lists the swaps); `layer` back. Eval only: attention dropout is refused.
     fuse: the layer's forward becomes `fused_forward` (the residual add after attention fused into
-    post_attention_layernorm: ops.add_rmsnorm)."""
+    post_attention_layernorm: ops.add_rmsnorm; the MLP as ops.gated_mlp and down_proj with the residual add in its
+    epilogue); the MLP must have no biases and a SiLU or GELU activation (mlp_activation)."""
     for name in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"):
         if not hasattr(layer, name):
             raise OpsError(f"{type(layer).__name__} has no {name}: not a LlamaDecoderLayer")
@@ -208,9 +212,38 @@ def patch_llama_layer(layer: nn.Module, ops, *, fuse: bool = False) -> nn.Module
     layer.post_attention_layernorm = TilegenRMSNorm(layer.post_attention_layernorm, ops)
     for name in ("gate_proj", "up_proj", "down_proj"):
         setattr(layer.mlp, name, TilegenLinear(getattr(layer.mlp, name), ops))
-    if fuse and not getattr(type(layer), "tilegen_fused", False):
-        layer.__class__ = _fused_class(type(layer))
+    if fuse:
+        layer.tilegen_mlp_activation = mlp_activation(layer.mlp)
+        if not getattr(type(layer), "tilegen_fused", False):
+            layer.__class__ = _fused_class(type(layer))
     return layer
+
+
+# transformers' hidden_act names -> the gated kernels' activation (codegen.ops.adapters.GATES)
+HIDDEN_ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu_erf", "gelu_pytorch_tanh": "gelu_tanh"}
+
+
+def mlp_activation(mlp: nn.Module) -> str:
+    """The activation of a gated MLP (gate_proj, up_proj, down_proj, act_fn) as ops.gated_mlp names it, from its
+    config's hidden_act or its act_fn module; an OpsError where the fused MLP cannot compute it (another
+    activation, biases on the projections)."""
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        if getattr(getattr(mlp, name), "bias", None) is not None:
+            raise OpsError(f"patch_llama_layer(fuse=True): mlp.{name} has a bias, which the gated-MLP kernel does not "
+                           "add; patch with fuse=False")
+    act = getattr(getattr(mlp, "config", None), "hidden_act", None)
+    if isinstance(act, str):
+        if act not in HIDDEN_ACTS:
+            raise OpsError(f"patch_llama_layer(fuse=True): hidden_act {act!r} has no gated-MLP kernel (they compute "
+                           f"{', '.join(HIDDEN_ACTS)}); patch with fuse=False")
+        return HIDDEN_ACTS[act]
+    fn = getattr(mlp, "act_fn", None)
+    if isinstance(fn, nn.SiLU):
+        return "silu"
+    if isinstance(fn, nn.GELU):
+        return "gelu_tanh" if fn.approximate == "tanh" else "gelu_erf"
+    raise OpsError(f"patch_llama_layer(fuse=True): the MLP's activation ({type(fn).__name__}) is not one the gated-MLP "
+                   "kernels compute (SiLU, GELU); patch with fuse=False")
 
 
 class _FusedLayer:
@@ -223,11 +256,12 @@ class _FusedLayer:
 
 def fused_forward(layer: nn.Module, hidden_states, *args, **kwargs):
     """transformers' LlamaDecoderLayer.forward (4.48 and later) with the residual add after attention and
-    post_attention_layernorm fused into one ops.add_rmsnorm:
+    post_attention_layernorm fused into one ops.add_rmsnorm, and the MLP with its closing residual add in two
+    fused GEMMs:
 
         residual = h;  h = input_layernorm(h);  h = self_attn(h, ...)
         h, residual = add_rmsnorm(h, residual)     # transformers: h = residual + h; residual = h; h = norm(h)
-        h = residual + mlp(h)                      # _mlp_residual
+        h = residual + mlp(h)                      # _mlp_residual: gated_mlp, then down_proj + residual
 
     The keyword arguments go to self_attn as transformers passes them (positional ones are bound to the original
     signature's names first)."""
@@ -248,10 +282,13 @@ def fused_forward(layer: nn.Module, hidden_states, *args, **kwargs):
 
 
 def _mlp_residual(layer: nn.Module, h, residual):
-    """The MLP and the residual add that closes the layer: residual + mlp(h) (gate_proj, up_proj, the SiLU product
-    and down_proj, as the patched module computes them). This is the one place a fused gated-MLP GEMM and a down
-    projection with the residual in its epilogue replace."""
-    return residual + layer.mlp(h)
+    """The MLP and the residual add that closes the layer, residual + down_proj(act(gate_proj(h)) * up_proj(h)), in
+    two fused kernels: ops.gated_mlp (both products, the activation and their product; only the product is written)
+    and ops.linear with the residual in down_proj's epilogue (the sum in fp32, rounded once)."""
+    mlp = layer.mlp
+    ops = mlp.down_proj.ops
+    p = ops.gated_mlp(h, mlp.gate_proj.weight, mlp.up_proj.weight, activation=layer.tilegen_mlp_activation)
+    return ops.linear(p, mlp.down_proj.weight, residual=residual)
 
 
 _FUSED_CLASSES: dict[type, type] = {}

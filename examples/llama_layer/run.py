@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """One Llama-3-8B decoder layer -- transformers' own LlamaDecoderLayer, random weights -- run as transformers
 wrote it, with every projection, both RMSNorms, RoPE and attention routed through this project's tilegen ops
-(tilegen.patch_llama_layer), and the same with the residual add after attention fused into post_attention_layernorm
-(patch_llama_layer(fuse=True): ops.add_rmsnorm). In one run:
+(tilegen.patch_llama_layer), and the same with three fused kernels (patch_llama_layer(fuse=True)): the residual
+add after attention fused into post_attention_layernorm (ops.add_rmsnorm), gate_proj + up_proj + SiLU + product in
+one gated-MLP kernel (ops.gated_mlp, SwiGLU) and down_proj with the closing residual add in its epilogue
+(ops.linear(..., residual=)). In one run:
 
 1. compiles the project's kernels in parallel into examples/llama_layer/.cache/ops (loads them when cached);
 2. checks the three layers against an fp32 reference of the same layer (same weights, same inputs) within a modelled
-   tolerance, prefill and decode, and two negative controls (one op broken on purpose) that must fail it;
+   tolerance, prefill and decode, and three negative controls (one op broken on purpose) that must fail it;
 3. shows every op call's route (tuned / spec / bucket / dynamic / fallback) and a dispatch check at odd shapes;
 4. times prefill (batch 1 x 2048 tokens) and decode (batch 16 x 1 token over a 4096-position KV cache) for the
    three layers in eager mode, under torch.compile and replayed as a CUDA graph, and counts torch.compile's graph
-   breaks of the tilegen layer;
+   breaks of the tilegen layers, and times each GEMM of the layers through dispatch against cuBLAS (the fused
+   ones against the unfused torch sequence they replace);
 5. measures the first calls of a fresh process (kernels loaded from the cache, not compiled);
 6. prints the tables and writes reports/llama_layer_<device>.json and .md beside this file.
 
@@ -19,7 +22,7 @@ wrote it, with every projection, both RMSNorms, RoPE and attention routed throug
 from the repository root on a GPU machine (torch with CUDA, transformers, tilelang). Exit code 1 if a check
 fails or a negative control is not caught.
 
-The tolerance (per output element; `tolerance` below): both bf16 layers are compared with the fp32 reference
+The tolerance (per output element; `tolerance` below): the bf16 layers are compared with the fp32 reference
   tol = u*(|ref| + |h|) + Z*u*(sqrt(S_ATTN)*rms(a) + sqrt(S_ATTN + S_MLP)*rms(m))
 u = 2^-8 (bf16 unit roundoff). The first term bounds the two roundings of the residual stream, which reach the
 output unscaled: the output's own, and that of h = x + a, the residual after attention. a = the attention
@@ -30,7 +33,11 @@ in the MLP: the normed input as it reads h, gate/up, SiLU, the product, down_pro
 at most u that the following linear maps carry to the branch output at its own scale; the errors add as a random
 walk (sqrt of the count), the MLP's on top of the attention branch's (it reads the residual sum), and Z = 6
 standard deviations bound the largest of ~10^7 elements. transformers' own bf16 layer must pass it too (the
-model's check); a control must fail it.
+model's check); a control must fail it. The fused layer rounds a subset of those intermediates, so the same
+bound holds for it: add_rmsnorm rounds the sum and the normed input as the unfused ops do; the gated-MLP kernel
+keeps gate/up, the SiLU and the product in fp32 and rounds only the product, where the unfused MLP rounds each of
+them; down_proj + residual rounds only the output (down_proj's own rounding is gone, the output's is the first
+term). Their products accumulate in fp32 as the plain GEMMs do, which the model does not count apart either.
 """
 
 from __future__ import annotations
@@ -94,7 +101,8 @@ SMOKE_MODEL = Model(hidden=512, heads=4, kv_heads=2, head_dim=128, mlp=1024)
 SMOKE_WORKLOADS = (Workload(phase="prefill", batch=1, tokens=128, cache=0),
                    Workload(phase="decode", batch=2, tokens=1, cache=256))
 DEVICE = "cuda"  # "cpu" in a --smoke run
-FUSED_ROW = "tilegen ops, fused add+RMSNorm"  # the timing table's row of patch_llama_layer(fuse=True)
+FUSED_ROW = "tilegen ops, fused (add+RMSNorm, SwiGLU, down+residual)"  # the row of patch_llama_layer(fuse=True)
+FUSED_OPS = ("add_rmsnorm", "gated_mlp", "gemm_epilogue")  # the fused layer's fused ops (their routes are shown)
 DROPPED_K = 64  # the negative control's dropped K columns of down_proj: one K tile of the prefill GEMM (block_k 64)
 
 
@@ -233,15 +241,24 @@ class DroppedKTile(_Broken):
         super().__init__(ops)
         self._k = k
 
-    def linear(self, x, weight, bias=None):
+    def linear(self, x, weight, bias=None, **epilogue):
         if weight.shape[1] == self._k:
             x = x.clone()
             x[..., -DROPPED_K:] = 0
-        return self._ops.linear(x, weight, bias)
+        return self._ops.linear(x, weight, bias, **epilogue)
 
 
-CONTROLS = {"rope_wrong_way": lambda ops, model: WrongWayRope(ops),
-            "down_proj_k_tile_dropped": lambda ops, model: DroppedKTile(ops, model.mlp)}
+class SwappedGateUp(_Broken):
+    """The fused layer's gated MLP with its two weights swapped: silu(h Wu^T) * (h Wg^T)."""
+
+    def gated_mlp(self, x, w_gate, w_up, *, activation="silu"):
+        return self._ops.gated_mlp(x, w_up, w_gate, activation=activation)
+
+
+# name -> (the broken ops, whether the layer is patched with fuse=True)
+CONTROLS = {"rope_wrong_way": (lambda ops, model: WrongWayRope(ops), False),
+            "down_proj_k_tile_dropped": (lambda ops, model: DroppedKTile(ops, model.mlp), False),
+            "fused_mlp_gate_up_swapped": (lambda ops, model: SwappedGateUp(ops), True)}
 
 
 # ---- timing -------------------------------------------------------------------------------------------------
@@ -292,19 +309,21 @@ def first_calls(out_path: str, phases: list[str], seed: int) -> int:
     ops = tilegen.load(HERE)
     loaded = time.perf_counter() - t0
     layer, rotary = build_layer(LLAMA3_8B, seed=seed, device=DEVICE)
+    fused = patch_llama_layer(copy.deepcopy(layer), ops, fuse=True)
     ours = patch_llama_layer(layer, ops)
     doc = {"load_s": loaded, "phases": {}}
     for w in (PREFILL, DECODE):
         if w.phase not in phases:
             continue
         inputs = make_inputs(LLAMA3_8B, w, rotary, seed=seed, device=DEVICE)
-        cache = make_cache(LLAMA3_8B, w, inputs, "bshd", torch.bfloat16)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        with torch.no_grad():
-            call_layer(ours, inputs.x, inputs.pe, cache)
-        torch.cuda.synchronize()
-        doc["phases"][w.phase] = time.perf_counter() - t
+        for label, module in ((w.phase, ours), (f"{w.phase} fused", fused)):  # the fused layer: its own kernels
+            cache = make_cache(LLAMA3_8B, w, inputs, "bshd", torch.bfloat16)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            with torch.no_grad():
+                call_layer(module, inputs.x, inputs.pe, cache)
+            torch.cuda.synchronize()
+            doc["phases"][label] = time.perf_counter() - t
     doc["kernels"] = [asdict(e) for e in ops.cache_events()]
     Path(out_path).write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return 0
@@ -377,7 +396,8 @@ def main(argv=None) -> int:
     ours = patch_llama_layer(copy.deepcopy(layer), ops)
     fused = patch_llama_layer(copy.deepcopy(layer), ops, fuse=True)
     ref_layer = copy.deepcopy(layer).float()
-    broken = {name: patch_llama_layer(copy.deepcopy(layer), make(ops, model)) for name, make in CONTROLS.items()}
+    broken = {name: patch_llama_layer(copy.deepcopy(layer), make(ops, model), fuse=fuse)
+              for name, (make, fuse) in CONTROLS.items()}
     inputs = {w.phase: make_inputs(model, w, rotary, seed=args.seed, device=DEVICE) for w in workloads}
     checks, ok = [], True
     ops.reset_stats()
@@ -395,7 +415,7 @@ def main(argv=None) -> int:
                 tf = call_layer(fused, inp.x, inp.pe, make_cache(model, w, inp, "bshd", torch.bfloat16))
                 routes_fused = ops.stats()
                 rows = [compare("transformers (bf16)", hf, ref, h, tol), compare("tilegen (bf16)", tg, ref, h, tol),
-                        compare("tilegen fused add+RMSNorm (bf16)", tf, ref, h, tol)]
+                        compare("tilegen fused (bf16)", tf, ref, h, tol)]
                 for name, bad_layer in broken.items():
                     out = call_layer(bad_layer, inp.x, inp.pe, make_cache(model, w, inp, "bshd", torch.bfloat16))
                     rows.append(compare(f"control: {name}", out, ref, h, tol) | {"control": True})
@@ -409,15 +429,15 @@ def main(argv=None) -> int:
             for r in rows:
                 verdict = ("caught" if r["caught"] else "NOT CAUGHT") if r.get("control") else \
                     ("pass" if r["passed"] else "FAIL")
-                print(f"  {r['name']:<34} {verdict:<10} max |err|/tol {r['max_err_over_tol']:.3f}, "
+                print(f"  {r['name']:<36} {verdict:<10} max |err|/tol {r['max_err_over_tol']:.3f}, "
                       f"max |err| {r['max_abs_err']:.4g}, rms rel err {r['rms_rel_err']:.3g}, "
                       f"{r['mismatches']} of {r['elements']} over")
             ops.reset_stats()
             report.setdefault("routes", {})[w.phase] = [asdict(s) for s in routes]
             report.setdefault("routes_fused", {})[w.phase] = [asdict(s) for s in routes_fused]
             print(f"\nroutes of the tilegen layer ({w.phase}, one call):\n{stats_table(routes)}")
-            fused_rows = [s for s in routes_fused if s.op == "add_rmsnorm"]
-            print(f"routes of the fused layer's add_rmsnorm ({w.phase}):\n{stats_table(fused_rows)}")
+            fused_rows = [s for s in routes_fused if s.op in FUSED_OPS]
+            print(f"routes of the fused layer's fused ops ({w.phase}):\n{stats_table(fused_rows)}")
     report["checks"] = checks
     report["fallback_warnings"] = sorted({str(c.message) for c in caught if c.category is tilegen.FallbackWarning})
 
@@ -527,6 +547,49 @@ def main(argv=None) -> int:
     print("\nthe layer's GEMMs through dispatch, back-to-back calls:\n" + "\n".join(gemm_table))
     table += ["", "The layer's GEMMs through dispatch (back-to-back calls, median):", "", *gemm_table]
 
+    # 4c. the fused layer's fused GEMMs against the unfused torch sequences they replace (cuBLAS and eager torch)
+    fused_gemms = []
+    for w in workloads:
+        for r in report["routes_fused"][w.phase]:
+            if r["op"] not in ("gated_mlp", "gemm_epilogue"):
+                continue
+            m, n, k = r["shape"]
+            x = torch.randn(m, k, generator=g, device=DEVICE).to(torch.bfloat16)
+            wa = (0.02 * torch.randn(n, k, generator=g, device=DEVICE)).to(torch.bfloat16)
+            if r["op"] == "gated_mlp":
+                wb = (0.02 * torch.randn(n, k, generator=g, device=DEVICE)).to(torch.bfloat16)
+                what = "silu(x Wg^T) * (x Wu^T)"
+
+                def ours_fn(x=x, wa=wa, wb=wb):
+                    return ops.gated_mlp(x, wa, wb)
+
+                def torch_fn(x=x, wa=wa, wb=wb):
+                    return torch.nn.functional.silu(torch.nn.functional.linear(x, wa)) * torch.nn.functional.linear(x, wb)
+            else:
+                res = torch.randn(m, n, generator=g, device=DEVICE).to(torch.bfloat16)
+                what = "x W^T + residual"
+
+                def ours_fn(x=x, wa=wa, res=res):
+                    return ops.linear(x, wa, residual=res)
+
+                def torch_fn(x=x, wa=wa, res=res):
+                    return torch.nn.functional.linear(x, wa) + res
+            with torch.no_grad():
+                ours_t, torch_t = time_ms(ours_fn, 100), time_ms(torch_fn, 100)
+            fused_gemms.append({"phase": w.phase, "op": r["op"], "computes": what, "shape": [m, n, k],
+                                "route": r["route"], "kernel": r["kernel"], "tilegen_ms": ours_t.median_ms,
+                                "torch_ms": torch_t.median_ms, "vs_torch": torch_t.median_ms / ours_t.median_ms})
+    report["fused_gemms"] = fused_gemms
+    fused_table = ["| phase | op | computes | m x n x k | route | kernel | tilegen ms | torch eager ms | vs torch |",
+                   "|---|---|---|---|---|---|---|---|---|"]
+    fused_table += [f"| {r['phase']} | {r['op']} | {r['computes']} | {'x'.join(map(str, r['shape']))} | {r['route']} | "
+                    f"{r['kernel']} | {r['tilegen_ms']:.4f} | {r['torch_ms']:.4f} | {r['vs_torch']:.3f}x |"
+                    for r in fused_gemms]
+    print("\nthe fused layer's fused GEMMs against the unfused torch sequence (cuBLAS + eager element-wise ops):\n"
+          + "\n".join(fused_table))
+    table += ["", ("The fused layer's fused GEMMs against the unfused torch sequence (cuBLAS GEMMs and eager "
+                   "element-wise ops; back-to-back calls, median):"), "", *fused_table]
+
     # 5. a fresh process: the first calls load the kernels from the cache
     if not args.smoke:
         report["first_calls"] = fresh_process(ops, phases, args.seed)
@@ -624,6 +687,11 @@ def _write(report: dict, table: list[str], folder: Path) -> None:
                "|---|---|---|---|---|---|---|"]
         md += [f"| {r['op']} | {r['want']} | {'x'.join(map(str, r['shape']))} | {r['route']} | {r['kernel']} | "
                f"{r['calls']} | {r['detail']} |" for r in rows]
+    for phase, rows in report.get("routes_fused", {}).items():
+        md += ["", f"## Routes of the fused layer's fused ops: {phase}", "", "| op | want | shape | route | kernel | calls | why |",
+               "|---|---|---|---|---|---|---|"]
+        md += [f"| {r['op']} | {r['want']} | {'x'.join(map(str, r['shape']))} | {r['route']} | {r['kernel']} | "
+               f"{r['calls']} | {r['detail']} |" for r in rows if r["op"] in FUSED_OPS]
     stem.with_suffix(".md").write_text("\n".join(md) + "\n", encoding="utf-8")
     print(f"wrote {stem.with_suffix('.json')} and .md")
 
