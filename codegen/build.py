@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -40,7 +39,7 @@ from codegen.buildcache import BuildCache, cache_key
 from codegen.columns import Column
 from codegen.errors import TilegenError
 from codegen.events import Event, OnEvent, ignore
-from codegen.files import write_text_atomic
+from codegen.files import dump_json, write_text_atomic
 from codegen.hardware import Target
 from codegen.instance import KernelInstance
 from codegen.pipeline import Project
@@ -471,23 +470,6 @@ def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
             write_text_atomic(path, text)
             written.append(path)
     return tuple(written)
-
-
-_SCALAR = r'(?:-?\d+|"[^"\\\n]*")'  # an integer, or a string without escapes (a symbolic size or extent)
-_SCALAR_LIST_RE = re.compile(rf"\[\n\s*({_SCALAR}(?:,\n\s*{_SCALAR})*)\n\s*\]")
-
-
-def _one_line(m: re.Match) -> str:
-    items = [x.strip() for x in m.group(1).split(",\n")]
-    return "[" + ", ".join(items) + "]" if any(not x.startswith('"') for x in items) else m.group(0)
-
-
-def dump_json(doc: object) -> str:
-    """Indented JSON, one value per line (a review diff shows each number that changed), with
-    short lists of integers (shapes, grids; a dynamic-M kernel's `"m"` or grid expression among them) kept
-    on one line; lists of strings alone (warnings) stay one a line."""
-    text = json.dumps(doc, indent=2)
-    return _SCALAR_LIST_RE.sub(_one_line, text) + "\n"
 
 
 def _resource_cell(i: int) -> Callable[[BuildResult], str]:

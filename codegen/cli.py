@@ -331,7 +331,7 @@ def sass(
     project = _project()
     doc, builds = _run(lambda: run_sass(project, names or [], all_, cache_dir=cache_dir, jobs=jobs))
     path = out_file or _run(lambda: project.path("reports/static/sm_90_sass.json"))
-    from codegen.build import dump_json
+    from codegen.files import dump_json
 
     write_text_atomic(path, dump_json(json.loads(json.dumps(doc))))
     for b in builds:

@@ -27,10 +27,11 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from codegen.build import BUILD_COLUMNS, BuildReport, dump_json
+from codegen.build import BUILD_COLUMNS, BuildReport
 from codegen.columns import Column, table_columns
 from codegen.doctor import DOCTOR_COLUMNS, DoctorReport
 from codegen.events import Event
+from codegen.files import dump_json
 from codegen.gpurun import BenchReport, VerifyReport
 from codegen.mainjob import STEP_COLUMNS, MainJobReport
 from codegen.render import RenderedFile

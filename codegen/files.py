@@ -6,7 +6,9 @@ behind; `leftover_temp_files` finds them so the folder's owner can report and re
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -35,3 +37,20 @@ def leftover_temp_files(folder: Path) -> list[Path]:
         return []
     return sorted(p for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(TEMP_SUFFIX)
                   and p.is_file())
+
+
+_SCALAR = r'(?:-?\d+|"[^"\\\n]*")'  # an integer, or a string without escapes (a symbolic size or extent)
+_SCALAR_LIST_RE = re.compile(rf"\[\n\s*({_SCALAR}(?:,\n\s*{_SCALAR})*)\n\s*\]")
+
+
+def _one_line(m: re.Match) -> str:
+    items = [x.strip() for x in m.group(1).split(",\n")]
+    return "[" + ", ".join(items) + "]" if any(not x.startswith('"') for x in items) else m.group(0)
+
+
+def dump_json(doc: object) -> str:
+    """Indented JSON, one value per line (a review diff shows each number that changed), with
+    short lists of integers (shapes, grids; a dynamic-M kernel's `"m"` or grid expression among them) kept
+    on one line; lists of strings alone (warnings) stay one a line."""
+    text = json.dumps(doc, indent=2)
+    return _SCALAR_LIST_RE.sub(_one_line, text) + "\n"

@@ -39,14 +39,13 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from codegen.build import dump_json
 from codegen.errors import TilegenError
 from codegen.families import family_for_op
-from codegen.files import write_text_atomic
+from codegen.files import dump_json, write_text_atomic
 from codegen.hardware import Target
 from codegen.load import LoadedSpec
 from codegen.render import render
-from codegen.spec import MAX_INT32, NAME_PATTERN
+from codegen.spec import MAX_INT32, NAME_PATTERN, apply_point, hand_spec, search_values
 from codegen.targets import TARGETS
 
 LOCK_DIR = Path("tuned")
@@ -386,8 +385,6 @@ def write_lockfile(path: Path, lock: LockFile) -> bool:
 
 def hand_hash(loaded: LoadedSpec, target: Target) -> str:
     """The canonical configuration hash of the spec's hand configuration for `target`."""
-    from codegen.tune import hand_spec
-
     fam = family_for_op(loaded.spec.op)
     return fam.instance(hand_spec(loaded.spec, target), TARGETS[target], loaded.doc.file).config_sha256()
 
@@ -395,16 +392,12 @@ def hand_hash(loaded: LoadedSpec, target: Target) -> str:
 def winner_instance(loaded: LoadedSpec, target: Target, tunables: dict[str, object]):
     """The instance (every shape of the spec) of the hand configuration with the winner's tunables, or
     (None, why it is not legal any more)."""
-    from codegen.tune import apply_point, hand_spec
-
     fam = family_for_op(loaded.spec.op)
     block = type(loaded.spec).model_fields["search"].annotation.__args__[1]  # dict[Target, <Search>]
     try:
         parsed = block.model_validate(_nest({k: [v] for k, v in tunables.items()}))
     except ValueError as exc:
         return None, f"its tunables are not valid any more: {str(exc).splitlines()[0]}"
-    from codegen.spec import search_values
-
     candidate = apply_point(hand_spec(loaded.spec, target), tuple((k, v[0]) for k, v in search_values(parsed)))
     violations = fam.check(candidate, TARGETS[target])
     if violations:

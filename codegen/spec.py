@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, 
 from pydantic_core import PydanticCustomError
 
 from codegen.hardware import DType, Target
+from codegen.targets import TARGETS
 
 Tm = TypeVar("Tm", bound=BaseModel)
 
@@ -181,6 +182,41 @@ def search_values(block: BaseModel) -> list[tuple[str, list]]:
         else:
             out.append((head, value))
     return out
+
+
+Values = tuple[tuple[str, object], ...]  # (tunable path, value) of one point, in the search block's order
+
+
+def hand_spec(spec: BaseModel, target: Target) -> BaseModel:
+    """The spec's hand configuration for one target, as a spec of that target alone: its overrides folded
+    into the top-level tunables (the same values `tuning_for` resolves), no search block."""
+    update: dict[str, object] = {"targets": [target], "search": {}}
+    if hasattr(spec, "tuning_for"):
+        tuning, _ = spec.tuning_for(target)
+        update |= {f: getattr(tuning, f) for f in type(tuning).model_fields} | {"overrides": {}}
+        # a top-level value this target does not take (the spec's TARGET_ONLY: k_pack, lds_layout on sm_90, which
+        # the AMD targets of the spec take; b_eviction, epilogue on the AMD targets) would be refused in a spec of
+        # this target alone; the target's kernel is the same without it
+        for only in getattr(type(spec), "TARGET_ONLY", ()):
+            if only.name in update and not only.takes(TARGETS[target], update[only.name]):
+                update[only.name] = only.default
+    return spec.model_copy(update=update)
+
+
+def apply_point(base: BaseModel, values: Values) -> BaseModel:
+    """`base` with each tunable of `values` replaced; nested tunables ("tiling.block_m") replace a field of
+    the nested model. Every value was validated by the tunable's own field type in the search block."""
+    update: dict[str, object] = {}
+    nested: dict[str, dict[str, object]] = {}
+    for path, value in values:
+        head, _, leaf = path.partition(".")
+        if leaf:
+            nested.setdefault(head, {})[leaf] = value
+        else:
+            update[head] = value
+    for head, sub in nested.items():
+        update[head] = getattr(base, head).model_copy(update=sub)
+    return base.model_copy(update=update)
 
 
 @dataclass(frozen=True)

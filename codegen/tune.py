@@ -23,25 +23,24 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from codegen.build import BuildOptions, BuildReport, build_files, dump_json
+from codegen.build import BuildOptions, BuildReport, build_files
 from codegen.columns import Column, markdown_table
 from codegen.errors import SpecError, TilegenError
 from codegen.events import OnEvent, ignore
 from codegen.families import family_for_op
-from codegen.files import write_text_atomic
+from codegen.files import dump_json, write_text_atomic
 from codegen.hardware import Target
 from codegen.instance import grid_limit
 from codegen.load import LoadedSpec
 from codegen.project import confined
 from codegen.render import RenderedFile, render_all
-from codegen.spec import MAX_POINTS, search_values
+from codegen.spec import MAX_POINTS, Values, apply_point, hand_spec, search_values
 from codegen.targets import TARGETS
 
 REPORT_DIR = Path("reports") / "tune"
 STATIC_LABEL = "static rank, not measured"
 SAME_KERNEL = "same_kernel"  # a point whose kernel equals an earlier point's (a tunable the target ignores)
 
-Values = tuple[tuple[str, object], ...]  # (tunable path, value) of one point, in the search block's order
 
 
 def _plain(value: object) -> object:
@@ -49,38 +48,6 @@ def _plain(value: object) -> object:
 
 
 # ---- expand -----------------------------------------------------------------------------------------
-
-def hand_spec(spec: BaseModel, target: Target) -> BaseModel:
-    """The spec's hand configuration for one target, as a spec of that target alone: its overrides folded
-    into the top-level tunables (the same values `tuning_for` resolves), no search block."""
-    update: dict[str, object] = {"targets": [target], "search": {}}
-    if hasattr(spec, "tuning_for"):
-        tuning, _ = spec.tuning_for(target)
-        update |= {f: getattr(tuning, f) for f in type(tuning).model_fields} | {"overrides": {}}
-        # a top-level value this target does not take (the spec's TARGET_ONLY: k_pack, lds_layout on sm_90, which
-        # the AMD targets of the spec take; b_eviction, epilogue on the AMD targets) would be refused in a spec of
-        # this target alone; the target's kernel is the same without it
-        for only in getattr(type(spec), "TARGET_ONLY", ()):
-            if only.name in update and not only.takes(TARGETS[target], update[only.name]):
-                update[only.name] = only.default
-    return spec.model_copy(update=update)
-
-
-def apply_point(base: BaseModel, values: Values) -> BaseModel:
-    """`base` with each tunable of `values` replaced; nested tunables ("tiling.block_m") replace a field of
-    the nested model. Every value was validated by the tunable's own field type in the search block."""
-    update: dict[str, object] = {}
-    nested: dict[str, dict[str, object]] = {}
-    for path, value in values:
-        head, _, leaf = path.partition(".")
-        if leaf:
-            nested.setdefault(head, {})[leaf] = value
-        else:
-            update[head] = value
-    for head, sub in nested.items():
-        update[head] = getattr(base, head).model_copy(update=sub)
-    return base.model_copy(update=update)
-
 
 def space_of(spec: BaseModel, target: Target) -> list[tuple[str, list]]:
     block = getattr(spec, "search", {}).get(target)

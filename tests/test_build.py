@@ -21,13 +21,14 @@ import pytest
 from typer.testing import CliRunner
 
 from codegen import build as build_mod
-from codegen.build import BuildOptions, BuildResult, build, check_rules, dump_json, read_entry
+from codegen.build import BuildOptions, BuildResult, build, check_rules, read_entry
 from codegen.buildcache import BuildCache, cache_key
 from codegen.cli import app
 from codegen.console import UI
 from codegen.doctor import doctor
 from codegen.errors import TilegenError
 from codegen.events import Event
+from codegen.files import dump_json
 from codegen.hardware import Target
 from codegen.pipeline import Project
 from codegen.targets import amdgcn, gfx942
