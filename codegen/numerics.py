@@ -1,8 +1,12 @@
-"""Numerics every family's verify and bench code shares: unit roundoffs, the input kinds, and
+"""Numerics every family's verify and bench code shares: unit roundoffs, the input kinds, the chunk a check
+is made of (CheckChunk), and
 torch.compile'd baselines kept once per process. Each family's own numerics (inputs, reference,
 tolerance, negative controls, FLOP/byte formulas, baselines) live in its folder."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from codegen.hardware import DType
 
@@ -13,6 +17,19 @@ SUBNORMAL_ROUNDOFF = {DType.FP16: 2.0**-25, DType.BF16: 2.0**-134, DType.FP32: 2
 TINY = 1e-30
 
 INPUT_KINDS = ("normal", "wide")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckChunk:
+    """One piece of a check: the output elements `out[index]` and, for them, the fp32 reference, the
+    modelled error magnitude and each negative control's wrong values."""
+
+    index: tuple  # indexes the output tensor (slices, in the output's own dimensions)
+    ref: object
+    mag: object
+    controls: Mapping[str, object]
+    output: int = 0  # which of the kernel's outputs (Numerics.output_list) `index` indexes
+
 
 _COMPILED: dict[tuple, object] = {}
 

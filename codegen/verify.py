@@ -20,12 +20,12 @@ rejected when any chunk rejects it, n/a only when it equals the reference in eve
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from codegen.families import family
 from codegen.hardware import Target
-from codegen.numerics import INPUT_KINDS
+from codegen.numerics import INPUT_KINDS, CheckChunk
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,18 +43,6 @@ class Comparison:
 # such temporaries alive (reference, error magnitude, bound, controls, the comparison's difference and
 # mask), so the checker's extra memory stays under 1 GiB whatever the problem size.
 VERIFY_CHUNK_ELEMENTS = 1 << 24
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckChunk:
-    """One piece of a check: the output elements `out[index]` and, for them, the fp32 reference, the
-    modelled error magnitude and each negative control's wrong values."""
-
-    index: tuple  # indexes the output tensor (slices, in the output's own dimensions)
-    ref: object
-    mag: object
-    controls: Mapping[str, object]
-    output: int = 0  # which of the kernel's outputs (Numerics.output_list) `index` indexes
 
 
 @dataclass

@@ -189,7 +189,7 @@ class Numerics:
     bytes: Callable[..., float]  # (inst, shape) -> compulsory DRAM bytes
     make_inputs: Callable[..., object]  # (inst, shape, *, seed, kind, device, run_target) -> case
     reference: Callable[..., tuple]  # (inst, case) -> (fp32 reference, error magnitude for the tolerance)
-    # (inst, case, max_elements) -> Iterator[codegen.verify.CheckChunk] covering the output once: the
+    # (inst, case, max_elements) -> Iterator[codegen.numerics.CheckChunk] covering the output once: the
     # reference, magnitude and controls of each piece, its fp32 temporaries about max_elements each
     chunks: Callable[..., Iterator]
     tolerance: Callable[..., object]  # (inst, shape, run_target) -> a tolerance with bound(ref, mag), describe()

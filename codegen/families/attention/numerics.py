@@ -352,7 +352,7 @@ def attention_chunks(inst, case: AttentionCase, max_elements: int):
     query rows, so that a chunk's score matrix (heads x rows x seq_kv fp32) is about max_elements
     elements (one K/V head's group and one row at least). The causal masks and the controls use the
     rows' positions in the whole sequence (q_offset, seq_q)."""
-    from codegen.verify import CheckChunk
+    from codegen.numerics import CheckChunk
 
     b, sq, h, _ = case.Q.shape
     skv, kvh = case.K.shape[1], case.K.shape[2]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from codegen.families.base import Numerics
 from codegen.families.rows import RowTolerance
 from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, compiled_once
+from codegen.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, CheckChunk, compiled_once
 from codegen.spec import TailPolicy
 from codegen.targets import torch_dtype
 
@@ -172,8 +172,6 @@ def rope_chunks(inst, case: RopeCase, max_elements: int):
     computed per block (`k_not_rotated` is the reference on the Q rows; `next_token_tables` takes the next
     token's row across block boundaries and wraps at the last, as a roll over the whole table does)."""
     import torch
-
-    from codegen.verify import CheckChunk
 
     tokens, heads, d = case.Q.shape
     kv_heads = case.K.shape[1]
