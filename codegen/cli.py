@@ -325,7 +325,7 @@ def sass(
     A kernel whose global loads are narrower than its spec meant gets a vector_loads warning."""
     import json
 
-    from codegen.targets.sm90_sass import run_sass
+    from codegen.sass import run_sass
 
     _require_selection(names, all_)
     project = _project()
