@@ -12,11 +12,20 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Hardware, Target
 from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
-from codegen.hardware import DTYPE_BYTES, DType, Hardware, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk
-from codegen.rules import Violation, threads_violations
-from codegen.spec import MAX_INT32, MAX_SHAPES, Identifier, Model, PositiveInt, RowDTypes, TailPolicy, ToleranceScale
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk
+from codegen.families.rules import Violation, threads_violations
+from codegen.families.spec import (
+    MAX_INT32,
+    MAX_SHAPES,
+    Identifier,
+    Model,
+    PositiveInt,
+    RowDTypes,
+    TailPolicy,
+    ToleranceScale,
+)
 from codegen.targets import torch_dtype
 from codegen.targets.base import TargetSpec
 

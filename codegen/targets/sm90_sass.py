@@ -12,7 +12,7 @@ others (not on the one these reports are built on), and the committed static rep
 wherever it is rebuilt. So sm_90.json is always read from the PTX (`"source": "ptx"`), and the SASS is a
 separate, explicitly asked-for report: `tilegen sass NAME|--all [--out FILE]` (refused, with how to get
 cuobjdump, where it is missing), which records the nvcc it compiled with. This module only reads listings;
-the build stage builds the cubins it reads (codegen.sass.run_sass).
+the build stage builds the cubins it reads (codegen.build.sass.run_sass).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.errors import TilegenError
+from codegen.core.errors import TilegenError
+from codegen.core.toolchain import ToolchainMissing
 from codegen.targets.amdgcn_isa import majority_warning
-from codegen.toolchain import ToolchainMissing
 
 GET_CUOBJDUMP = ("cuobjdump not found next to nvcc or on PATH: it ships with the CUDA toolkit (the "
                  "cuda-cuobjdump package, or `pip install nvidia-cuda-cuobjdump`); put it on PATH")

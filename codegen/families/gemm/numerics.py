@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk, compiled_once
-from codegen.spec import TailPolicy
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk, compiled_once
+from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS, torch_dtype
 
 TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 of fp32's 23 mantissa bits: unit roundoff of round-to-nearest
