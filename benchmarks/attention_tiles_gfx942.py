@@ -14,13 +14,13 @@ import argparse
 import itertools
 from pathlib import Path
 
-from codegen.build import BuildOptions, build_files
-from codegen.errors import SpecErrors, TilegenError
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.render import render_all
+from codegen.build.compile import BuildOptions, build_files
+from codegen.core.errors import SpecErrors, TilegenError
+from codegen.core.hardware import Target
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEAD_DIMS = [128, 64]

@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from codegen.build import BuildOptions, BuildReport, build, default_jobs
-from codegen.pipeline import Project
-from codegen.render import render
+from codegen.build.compile import BuildOptions, BuildReport, build, default_jobs
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "reports"
@@ -163,7 +163,7 @@ def markdown(r: dict) -> str:
         f"| speed-up | {r['speedup']:.2f}x |",
         (f"| warm, `tilegen build --all` end to end (median of {len(r['warm_cli_s'])}) | "
          f"{statistics.median(r['warm_cli_s']):.2f} |"),
-        f"| warm, `codegen.build.build()` in process | {r['warm_library_s']:.2f} |",
+        f"| warm, `codegen.build.compile.build()` in process | {r['warm_library_s']:.2f} |",
         "",
         (f"Each worker first imports TileLang ({r['tilelang_import_s']:.1f} s in a fresh interpreter), which a warm "
          "build never does. Loading and validating every spec takes "

@@ -29,16 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # a checkout where tilegen is not installed
     sys.path.insert(0, str(ROOT))
 
-from codegen.bench import Timing, flush_bytes, time_ms
-from codegen.errors import TilegenError
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import Target
 from codegen.families import family, family_for_op
 from codegen.families.gemm.spec import GemmShape
-from codegen.gpu import ContainedRunner, NoGpu, detect_gpu, precompile
-from codegen.hardware import Target
-from codegen.instance import grid_limit
-from codegen.load import format_path, load_spec_files
-from codegen.pipeline import Project
-from codegen.render import RenderedFile, render
+from codegen.generate.instance import grid_limit
+from codegen.generate.pipeline import Project
+from codegen.generate.render import RenderedFile, render
+from codegen.run.bench import Timing, flush_bytes, time_ms
+from codegen.run.gpu import ContainedRunner, NoGpu, detect_gpu, precompile
+from codegen.spec.load import format_path, load_spec_files
 from codegen.targets import TARGETS, torch_dtype
 
 SPEC = "gemm_fp16_dynamic_m"
@@ -81,7 +81,7 @@ def time_m(dynamic: RenderedFile, static: RenderedFile, shape: tuple[int, int, i
     torch eager, at one shape."""
     import torch
 
-    from codegen.gpu import compile_kernel
+    from codegen.run.gpu import compile_kernel
 
     inst = dynamic.instance
     fam = family(inst).numerics

@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:  # a checkout where tilegen is not installed
 import torch
 
 import tilegen
-from codegen.hardware import Target
+from codegen.core.hardware import Target
 from codegen.ops.cache import CacheEvent, PrecompileReport
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, TOKENS, CACHE = 512, 4, 2, 64, 16, 256

@@ -13,11 +13,11 @@ import itertools
 import os
 from pathlib import Path
 
-from codegen.bench import bench_case, flush_bytes, measure_copy_gbps
-from codegen.gpu import ContainedRunner, detect_gpu, precompile
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.render import render_all
+from codegen.run.bench import bench_case, flush_bytes, measure_copy_gbps
+from codegen.run.gpu import ContainedRunner, detect_gpu, precompile
+from codegen.spec.load import parse_specs
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192)]
 TILES = [(128, 256, 64, 256), (256, 128, 64, 256), (128, 128, 64, 256)]

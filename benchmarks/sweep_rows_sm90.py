@@ -18,13 +18,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.bench import bench_case, flush_bytes, measure_copy_gbps
-from codegen.errors import SpecErrors
-from codegen.gpu import ContainedRunner, detect_gpu, precompile
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.render import render_all
-from codegen.verify import SEEDS, verify_case
+from codegen.core.errors import SpecErrors
+from codegen.generate.instance import build_instances
+from codegen.generate.render import render_all
+from codegen.run.bench import bench_case, flush_bytes, measure_copy_gbps
+from codegen.run.gpu import ContainedRunner, detect_gpu, precompile
+from codegen.run.verify import SEEDS, verify_case
+from codegen.spec.load import parse_specs
 
 SHAPES = [(8192, 4096), (16384, 8192)]
 RAGGED = [(8192, 5120)]

@@ -1,3 +1,3 @@
-from codegen.cli import main
+from codegen.cli.main import main
 
 main()

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from codegen.files import write_text_atomic
-from codegen.hardware import Target
-from codegen.lower import LoweredKernel, lower
-from codegen.render import RenderedFile
+from codegen.core.files import write_text_atomic
+from codegen.core.hardware import Target
+from codegen.generate.lower import LoweredKernel, lower
+from codegen.generate.render import RenderedFile
 
 
 def _run_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:

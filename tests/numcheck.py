@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from codegen.families import family
+from codegen.run.verify import judge, judge_chunks
 from codegen.targets import torch_dtype
-from codegen.verify import judge, judge_chunks
 
 WHOLE = 1 << 62  # elements per chunk: the whole tensor in one block
 

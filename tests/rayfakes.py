@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from codegen.verify import CaseResult
+from codegen.run.verify import CaseResult
 
 
 def verify_case(rendered, shape, run_target):

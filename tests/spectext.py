@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codegen.errors import SpecError, SpecErrors
-from codegen.instance import build_instances
-from codegen.load import parse_specs
+from codegen.core.errors import SpecError, SpecErrors
+from codegen.generate.instance import build_instances
+from codegen.spec.load import parse_specs
 
 FILE = "specs/x.yaml"
 REPO_ROOT = Path(__file__).resolve().parents[1]  # this repository: a tilegen project (tilegen.toml)

@@ -16,11 +16,11 @@ from spectext import FILE, edit, errors
 from codegen.families import derived_shapes, family
 from codegen.families.attention.numerics import NUMERICS as ATTENTION
 from codegen.families.attention.numerics import attention_dropped_block
-from codegen.instance import build_instances
-from codegen.load import load_spec_files, parse_specs
-from codegen.lower import lower
-from codegen.pipeline import Project
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render_all
+from codegen.spec.load import load_spec_files, parse_specs
 
 BASE = """\
 - name: a
@@ -278,7 +278,7 @@ def test_decode_needs_no_block_multiple_of_queries_and_takes_a_128k_cache():
 
 
 def test_search_space_takes_split_kv():
-    from codegen.tune import space_of
+    from codegen.tune.search import space_of
 
     text = DECODE + "  search:\n    sm_90:\n      split_kv: [4, 8, 16, 32]\n      tiling: {block_n: [32, 64]}\n"
     (loaded,) = parse_specs(text, FILE)
@@ -504,7 +504,7 @@ def test_ws_override_keeps_gfx942_on_the_default_schedule():
 
 
 def test_search_space_takes_the_schedule():
-    from codegen.tune import space_of
+    from codegen.tune.search import space_of
 
     text = WS + "  search:\n    sm_90:\n      schedule: [default, ws]\n"
     (loaded,) = parse_specs(text, FILE)
@@ -611,7 +611,7 @@ FA3_NAMES = sorted(n for n, t in FILES if n.endswith("_fa3"))
 
 
 def test_the_fa3_seeds_are_sm90_only_and_search_small_spaces():
-    from codegen.tune import space_size
+    from codegen.tune.search import space_size
 
     assert FA3_NAMES == ["attn_bf16_gqa_causal_fa3", "attn_fp16_d128_causal_fa3", "attn_fp16_d128_fa3",
                          "attn_fp16_d64_causal_fa3", "attn_fp16_gqa_chunked_prefill_fa3"]
@@ -737,7 +737,7 @@ def test_persistent_refuses_decode():
 
 
 def test_search_space_takes_k_pack_and_the_persistent_schedule():
-    from codegen.tune import space_of
+    from codegen.tune.search import space_of
 
     text = PERSISTENT + "  search:\n    gfx942:\n      schedule: [default, persistent]\n      k_pack: [1, 2]\n"
     (loaded,) = parse_specs(text, FILE)
@@ -902,9 +902,9 @@ def test_v_transposed_control_is_rejected():
 def test_v_transposed_seed_builds_for_gfx942_with_wide_v_reads_and_no_spills(build_cache):
     from spectext import REPO_ROOT
 
-    from codegen.build import BuildOptions, build_files
+    from codegen.build.compile import BuildOptions, build_files
+    from codegen.core.toolchain import ToolchainMissing
     from codegen.targets.gfx942 import find_gfx942
-    from codegen.toolchain import ToolchainMissing
 
     try:
         find_gfx942(REPO_ROOT)
@@ -921,7 +921,7 @@ def test_v_transposed_seed_builds_for_gfx942_with_wide_v_reads_and_no_spills(bui
 
 
 def test_search_space_takes_v_layout():
-    from codegen.tune import space_of
+    from codegen.tune.search import space_of
 
     text = TRANSPOSED + "  search:\n    gfx942:\n      v_layout: [natural, transposed]\n"
     (loaded,) = parse_specs(text, FILE)

@@ -34,8 +34,8 @@ def test_row_sweep_variants_are_legal_or_listed_with_their_rule():
 
 
 def test_dynamic_m_benchmark_pairs_the_dynamic_kernel_with_its_static_twin():
-    from codegen.hardware import Target
-    from codegen.pipeline import Project
+    from codegen.core.hardware import Target
+    from codegen.generate.pipeline import Project
 
     b = _load("gemm_dynamic_m")
     dynamic, static = b.kernels(Project(), b.SPEC, Target.SM_90, b.MS)
@@ -53,9 +53,9 @@ def test_dynamic_m_benchmark_pairs_the_dynamic_kernel_with_its_static_twin():
 def test_dynamic_m_benchmark_refuses_an_m_outside_the_range():
     import pytest
 
-    from codegen.errors import TilegenError
-    from codegen.hardware import Target
-    from codegen.pipeline import Project
+    from codegen.core.errors import TilegenError
+    from codegen.core.hardware import Target
+    from codegen.generate.pipeline import Project
 
     b = _load("gemm_dynamic_m")
     with pytest.raises(TilegenError, match=r"shapes\[0\].m=9000: is outside dynamic_m \[1, 8192\].*\[dynamic_m_range\]"):
@@ -63,7 +63,7 @@ def test_dynamic_m_benchmark_refuses_an_m_outside_the_range():
 
 
 def test_dynamic_m_benchmark_fails_loudly_without_a_gpu(tmp_path, capsys, monkeypatch):
-    from codegen.gpu import NoGpu
+    from codegen.run.gpu import NoGpu
 
     b = _load("gemm_dynamic_m")
 
@@ -93,9 +93,9 @@ def test_dynamic_m_benchmark_script_exits_1_on_this_machine_without_a_gpu(tmp_pa
 def test_static_sweep_spaces_load_and_every_point_is_refused_by_a_rule_or_kept():
     """benchmarks/static_sweep.sh's specs are legal, each has a search block for both targets, and the rules
     partition every point of each space (a point is refused by named rules or is a kernel: nothing dropped)."""
-    from codegen.hardware import Target
-    from codegen.load import parse_specs
-    from codegen.tune import constrain, expand
+    from codegen.core.hardware import Target
+    from codegen.spec.load import parse_specs
+    from codegen.tune.search import constrain, expand
 
     names = []
     for path in sorted((BENCHMARKS / "static_sweep").glob("sweep_*.yaml")):
@@ -117,7 +117,7 @@ def test_attention_fa3_run_names_sm90_seeds_of_the_same_shapes():
     same shapes: every name it gives is an sm_90 kernel of the spec set, pairwise one fa3 and one default."""
     import re
 
-    from codegen.pipeline import Project
+    from codegen.generate.pipeline import Project
 
     script = (BENCHMARKS / "attention_fa3_h200.sh").read_text()
     arrays = {m[1]: m[2].split() for m in re.finditer(r"^(FA3|DEFAULT)=\(([^)]*)\)", script, re.MULTILINE)}

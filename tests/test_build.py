@@ -20,22 +20,23 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from codegen import build as build_mod
-from codegen.build import BuildOptions, BuildResult, build, check_rules, dump_json, read_entry
-from codegen.buildcache import BuildCache, cache_key
-from codegen.cli import app
-from codegen.console import UI
-from codegen.doctor import doctor
-from codegen.errors import TilegenError
-from codegen.events import Event
-from codegen.hardware import Target
-from codegen.pipeline import Project
+from codegen.build import compile as build_mod
+from codegen.build.cache import BuildCache, cache_key
+from codegen.build.compile import BuildOptions, BuildResult, build, check_rules, read_entry
+from codegen.build.doctor import doctor
+from codegen.cli.console import UI
+from codegen.cli.main import app
+from codegen.core.errors import TilegenError
+from codegen.core.events import Event
+from codegen.core.files import dump_json
+from codegen.core.hardware import Target
+from codegen.core.toolchain import ToolchainMissing
+from codegen.generate.pipeline import Project
 from codegen.targets import amdgcn, gfx942
 from codegen.targets.amdgcn import AmdKernel, parse_asm
 from codegen.targets.base import Launch
 from codegen.targets.gfx942 import FETCH_GFX942, find_gfx942
 from codegen.targets.sm90 import find_cuda, parse_ptx, parse_ptxas, sm90_occupancy
-from codegen.toolchain import ToolchainMissing
 
 DATA = Path(__file__).parent / "data"
 PROJECT = Project()
@@ -460,9 +461,9 @@ def _warm_build_in_subprocess(cache: Path, code: str) -> subprocess.CompletedPro
     script = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from codegen.build import BuildOptions, build\n"
-        "from codegen.hardware import Target\n"
-        "from codegen.pipeline import Project\n"
+        "from codegen.build.compile import BuildOptions, build\n"
+        "from codegen.core.hardware import Target\n"
+        "from codegen.generate.pipeline import Project\n"
         "if __name__ == '__main__':\n"
         f"    targets = tuple(Target(t) for t in {[t.value for t in AVAILABLE]!r})\n"
         f"    report = build(Project(), BuildOptions(all_=True, first_shape=True, targets=targets, cache_dir=Path({str(cache)!r})))\n"

@@ -1,7 +1,7 @@
 """The CLI through typer's CliRunner: exit codes, one line per error, never a traceback.
 
 Commands that write run against a temporary copy of the project (specs/, generated/):
-`codegen.cli._project` is pointed at it, so the committed tree is never touched.
+`codegen.cli.main._project` is pointed at it, so the committed tree is never touched.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import pytest
 from spectext import REPO_ROOT
 from typer.testing import CliRunner
 
-from codegen import cli, workers
-from codegen.cli import app
-from codegen.gpu import precompile
-from codegen.hardware import Target
-from codegen.pipeline import Project
-from codegen.starter import GEMM_STARTER
+from codegen.cli import main as cli
+from codegen.cli.main import app
+from codegen.core import workers
+from codegen.core.hardware import Target
+from codegen.generate.pipeline import Project
+from codegen.generate.starter import GEMM_STARTER
+from codegen.run.gpu import precompile
 
 runner = CliRunner()
 
@@ -255,7 +256,7 @@ def test_a_spec_file_name_holding_code_is_refused_by_every_command(project: Path
 def test_gen_removes_and_check_reports_what_an_interrupted_write_left(project: Path):
     folder = project / "generated" / "gfx942" / "gemm"
     module = next(folder.glob("*.py"))
-    left = folder / f".{module.name}.k3x9q_1a.tmp"  # the name codegen.files.write_text_atomic gives its temp file
+    left = folder / f".{module.name}.k3x9q_1a.tmp"  # the name codegen.core.files.write_text_atomic gives its temp file
     left.write_bytes(b"")
     rel = left.relative_to(project).as_posix()
 

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from codegen import build as build_mod
-from codegen import gpurun
-from codegen import report as report_mod
-from codegen.build import BUILD_COLUMNS, BuildOptions, BuildReport, BuildResult
-from codegen.columns import csv_text, markdown_table, table_columns
-from codegen.console import LIST_COLUMNS, UI, rich_table
-from codegen.doctor import DOCTOR_COLUMNS, Check, DoctorReport
-from codegen.events import Event
-from codegen.hardware import Target
-from codegen.mainjob import STEP_COLUMNS, MainJobReport, Step
-from codegen.pipeline import Project
+from codegen.build import compile as build_mod
+from codegen.build.compile import BUILD_COLUMNS, BuildOptions, BuildReport, BuildResult
+from codegen.build.doctor import DOCTOR_COLUMNS, Check, DoctorReport
+from codegen.cli.console import LIST_COLUMNS, UI, rich_table
+from codegen.core.columns import csv_text, markdown_table, table_columns
+from codegen.core.events import Event
+from codegen.core.hardware import Target
+from codegen.generate.pipeline import Project
+from codegen.run import gpurun
+from codegen.run import report as report_mod
+from codegen.run.mainjob import STEP_COLUMNS, MainJobReport, Step
 from tests.test_gpurun import FILES, GPU, fakes  # noqa: F401 -- the fixture
 
 ROOT = Path(__file__).resolve().parents[1]

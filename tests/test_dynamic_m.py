@@ -14,15 +14,15 @@ import pytest
 from numcheck import check_output
 from spectext import FILE
 
+from codegen.core.hardware import Target
 from codegen.families import derived_shapes
 from codegen.families.gemm.numerics import DYNAMIC_VERIFY_ELEMENTS, dynamic_m_values
-from codegen.gpu import GpuInfo, compile_tasks
-from codegen.gpurun import plan
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.pipeline import Project
-from codegen.render import render, render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render, render_all
+from codegen.run.gpu import GpuInfo, compile_tasks
+from codegen.run.gpurun import plan
+from codegen.spec.load import parse_specs
 
 PROJECT = Project()
 SEED = "gemm_fp16_dynamic_m"
@@ -170,7 +170,7 @@ def test_a_kernel_that_drops_the_ragged_row_block_fails():
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])
 def test_lowered_seed_takes_m_at_launch(target):
     pytest.importorskip("tilelang")
-    from codegen.build import _lower_recording_launches
+    from codegen.build.compile import _lower_recording_launches
 
     f = SEED_FILES[target]
     source, [launch] = _lower_recording_launches(f, f.instance.shapes[0])
@@ -188,7 +188,7 @@ def test_lowered_seed_takes_m_at_launch(target):
 
 def test_a_static_kernel_lowers_as_before():
     pytest.importorskip("tilelang")
-    from codegen.lower import lower
+    from codegen.generate.lower import lower
 
     twin = static_twin(PROBE, "sm_90")
     k = lower(twin, (100, 256, 256), Target.SM_90)

@@ -11,15 +11,15 @@ from typing import Literal
 import pytest
 
 from codegen import families
-from codegen.errors import SpecErrors, TilegenError
+from codegen.core.errors import SpecErrors, TilegenError
+from codegen.core.hardware import Target
 from codegen.families import ENTRY_POINT_GROUP, Family, FamilyRegistryError, Numerics, family_for_op, registry
 from codegen.families.base import InstanceBase, tilelang_target
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.render import render_all
-from codegen.rules import Violation, threads_violations
-from codegen.spec import Identifier, Model, PositiveInt, TailPolicy
+from codegen.families.rules import Violation, threads_violations
+from codegen.families.spec import Identifier, Model, PositiveInt, TailPolicy
+from codegen.generate.instance import build_instances
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 
 # ---- a family that lives outside codegen: Y = FACTOR * X -------------------------------------------
 

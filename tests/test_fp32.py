@@ -14,6 +14,7 @@ import torch
 from numcheck import check_output
 from spectext import FILE, edit, errors
 
+from codegen.core.hardware import Target
 from codegen.families import family
 from codegen.families.gemm.numerics import (
     FP32_BASELINES,
@@ -24,12 +25,11 @@ from codegen.families.gemm.numerics import (
     tf32_result,
     to_tf32,
 )
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.pipeline import Project
-from codegen.render import render
-from codegen.verify import judge
+from codegen.generate.instance import build_instances
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render
+from codegen.run.verify import judge
+from codegen.spec.load import parse_specs
 
 FILES = {f.uri: f for f in Project().rendered()}
 
@@ -126,7 +126,7 @@ def test_kernel_names_say_the_precision():
 # ---- what the generated code does (lowered source, no GPU) ------------------------------------------
 
 def _lowered(name, target, shape=(256, 256, 64)):
-    from codegen.lower import lower
+    from codegen.generate.lower import lower
 
     return lower(_file(name, target), shape, target).source
 
@@ -281,7 +281,7 @@ def test_a_tf32_baseline_sets_the_flag_for_its_call_only():
 
 
 def test_bench_dtypes_cell_names_the_baselines_precision():
-    from codegen.report import bench_rows
+    from codegen.run.report import bench_rows
 
     class R:
         rows: ClassVar = [{"uri": "k", "name": "n", "target": "sm_90", "shape": [1, 2, 3], "dtypes": "fp32/fp32/fp32 tf32",

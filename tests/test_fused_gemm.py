@@ -13,13 +13,13 @@ import torch
 from numcheck import check_output
 from spectext import FILE, edit, errors
 
+from codegen.core.hardware import Target
 from codegen.families import family
 from codegen.families.gemm.numerics import FusedMagnitude, activation
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.pipeline import Project
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 from codegen.targets import torch_dtype
 
 OPS = """\
@@ -135,7 +135,7 @@ def test_the_plain_gemm_op_never_dispatches_to_a_fused_kernel():
 @pytest.mark.parametrize("name", SEEDS)
 def test_every_seed_lowers(name, target):
     pytest.importorskip("tilelang")
-    from codegen.lower import lower
+    from codegen.generate.lower import lower
 
     f = FILES[(name, target)]
     src = lower(f, (256, 512, 512), f.instance.target).source
@@ -152,7 +152,7 @@ def test_every_seed_lowers(name, target):
 @pytest.mark.parametrize("text", [OPS, GATE], ids=["ops", "gate"])
 def test_the_ragged_kernels_lower_with_the_ops_in_the_device_source(text, target):
     pytest.importorskip("tilelang")
-    from codegen.lower import lower
+    from codegen.generate.lower import lower
 
     f = _files(text)[target]
     src = lower(f, (200, 264, 256), f.instance.target).source

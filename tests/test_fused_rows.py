@@ -14,17 +14,17 @@ import torch
 from numcheck import check_output
 from spectext import FILE, edit, errors
 
+from codegen.core.hardware import DType, Target
 from codegen.families import derived_shapes, family
 from codegen.families.norm.numerics import MIN_SCALE, normalised_reference, quantised, truncated
-from codegen.hardware import DType, Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF
-from codegen.pipeline import Project
-from codegen.render import render, render_all
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render, render_all
+from codegen.run.verify import judge_chunks
+from codegen.spec.load import parse_specs
 from codegen.targets import torch_dtype
-from codegen.verify import judge_chunks
 
 ADD = """\
 - name: n

@@ -25,10 +25,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codegen.errors import SpecError, SpecErrors
+from codegen.core.errors import SpecError, SpecErrors
 from codegen.families import ops, spec_model
-from codegen.instance import build_instances
-from codegen.load import parse_specs
+from codegen.generate.instance import build_instances
+from codegen.spec.load import parse_specs
 
 FILE = "specs/fuzz.yaml"
 LINE = re.compile(re.escape(FILE) + r":\d+:\d+: .* \[[a-z_0-9]+\]")  # fullmatch: `.` stops at a newline
@@ -132,7 +132,7 @@ def test_random_documents(text):
 @given(dumped_documents())
 def test_random_documents_without_libyaml(text):
     """The same documents with the libyaml pre-scan off: PyYAML's composer alone keeps the same bounds."""
-    with mock.patch("codegen.yamlsrc._prescan", lambda text, file: None):
+    with mock.patch("codegen.core.yamlsrc._prescan", lambda text, file: None):
         check(text)
 
 
@@ -264,7 +264,7 @@ def test_the_check_can_fail(monkeypatch: pytest.MonkeyPatch):
 
 
 # ---- (c) the lockfile reader ------------------------------------------------------------------------------------
-# Whatever the text, codegen.lockfile.parse_lockfile returns a LockFile every value of which is what the schema
+# Whatever the text, codegen.generate.lockfile.parse_lockfile returns a LockFile every value of which is what the schema
 # promises, or raises LockfileError: one line `FILE: ... [lockfile_<rule>]` -- never another exception.
 
 LOCK_FILE = "tuned/sm_90/NVIDIA_H200.json"
@@ -281,8 +281,8 @@ LOCK_HOSTILE = st.one_of(SPECIAL, SCALARS, st.sampled_from([1.9, 1e400, -1e400, 
 
 def check_lock(text: str):
     """Parse `text` as the lockfile of sm_90 on an NVIDIA H200; assert a clean result or one clean line, in bounds."""
-    from codegen.hardware import Target
-    from codegen.lockfile import LockfileError, parse_lockfile
+    from codegen.core.hardware import Target
+    from codegen.generate.lockfile import LockfileError, parse_lockfile
 
     tracemalloc.start()
     start = time.perf_counter()
@@ -356,5 +356,5 @@ def test_the_lockfile_seed_passes_and_the_check_can_fail():
     assert check_lock(LOCK_SEED) is None
     for bad in (f"{LOCK_FILE}: no rule", f"{LOCK_FILE}: two\nlines [lockfile_json]", "elsewhere: x [lockfile_json]"):
         assert not LOCK_LINE.fullmatch(bad)
-    with mock.patch("codegen.lockfile.parse_lockfile", side_effect=RecursionError()), pytest.raises(RecursionError):
+    with mock.patch("codegen.generate.lockfile.parse_lockfile", side_effect=RecursionError()), pytest.raises(RecursionError):
         check_lock(LOCK_SEED)

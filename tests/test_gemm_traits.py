@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from codegen.errors import SpecErrors
+from codegen.core.errors import SpecErrors
+from codegen.core.hardware import Target
 from codegen.families.gemm.rules import TRAITS, UNSUPPORTED_COMBINATIONS, GemmContext
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.render import render
+from codegen.generate.instance import build_instances
+from codegen.generate.render import render
+from codegen.spec.load import parse_specs
 from codegen.targets import TARGETS
 
 FP32 = {"a": "fp32", "b": "fp32", "out": "fp32"}
@@ -134,7 +134,7 @@ def test_a_pair_outside_the_table_passes_every_rule_and_renders(case):
 @pytest.mark.parametrize("case", SUPPORTED, ids=_id)
 def test_a_pair_outside_the_table_lowers(case):
     pytest.importorskip("tilelang")
-    from codegen.lower import lower
+    from codegen.generate.lower import lower
 
     f = _render(*case)
     kernel = lower(f, f.instance.shapes[0], f.instance.target)

@@ -9,12 +9,12 @@ import re
 import pytest
 from spectext import FILE, edit, errors
 
+from codegen.core.hardware import Target
 from codegen.families.gemm.numerics import gemm_derived_shapes
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 
 BASE = """\
 - name: gv

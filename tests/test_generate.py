@@ -16,12 +16,12 @@ import pytest
 import yaml
 from spectext import REPO_ROOT, errors
 
-from codegen.errors import SpecError
+from codegen.core.errors import SpecError
 from codegen.families.base import NOT_IDENTITY
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.pipeline import Project
-from codegen.render import render, render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render, render_all
+from codegen.spec.load import parse_specs
 
 BASE = """\
 - name: g
@@ -95,7 +95,7 @@ def test_rendering_twice_is_byte_identical(committed):
 def test_rendering_does_not_depend_on_the_process():
     """Another interpreter with other hash seeds renders the same bytes (no `hash()`, no set order)."""
     code = (
-        "import hashlib, json\nfrom codegen.pipeline import Project\n"
+        "import hashlib, json\nfrom codegen.generate.pipeline import Project\n"
         "print(json.dumps({str(f.path): hashlib.sha256(f.text.encode()).hexdigest() for f in Project().rendered()}))"
     )
     here = {str(f.path): hashlib.sha256(f.text.encode()).hexdigest() for f in Project().rendered()}

@@ -13,16 +13,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from codegen.build import BuildOptions, build
-from codegen.gpu import GpuInfo, NoGpu, detect_gpu, run_label
-from codegen.gpurun import plan
-from codegen.hardware import DType, Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.pipeline import Project
+from codegen.build.compile import BuildOptions, build
+from codegen.core.hardware import DType, Target
+from codegen.core.toolchain import ToolchainMissing
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.pipeline import Project
+from codegen.run.gpu import GpuInfo, NoGpu, detect_gpu, run_label
+from codegen.run.gpurun import plan
+from codegen.spec.load import parse_specs
 from codegen.targets import _MODULES, HARDWARE, TARGETS, amdgcn, gfx950, torch_dtype
-from codegen.toolchain import ToolchainMissing
 from tests.spectext import edit, errors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -275,7 +275,7 @@ def test_no_code_outside_a_target_module_names_a_target():
     """An `if target == "gfx942" ... else` outside codegen/targets/<target>.py would silently give the next
     target gfx942's answer; names are allowed in the target modules, the enum and as data (the default
     `targets` of a spec model, which is what a user gets without writing the field)."""
-    owners = {"codegen/hardware.py"} | _target_modules()
+    owners = {"codegen/core/hardware.py"} | _target_modules()
     assert owners >= {"codegen/targets/gfx942.py", "codegen/targets/gfx950.py", "codegen/targets/sm90.py"}
     uses = []
     for path in sorted((ROOT / "codegen").rglob("*.py")):

@@ -7,12 +7,12 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from codegen import gpurun
-from codegen.bench import BenchRow, Timing
-from codegen.gpu import GpuInfo
-from codegen.hardware import Target
-from codegen.pipeline import Project
-from codegen.verify import CaseResult
+from codegen.core.hardware import Target
+from codegen.generate.pipeline import Project
+from codegen.run import gpurun
+from codegen.run.bench import BenchRow, Timing
+from codegen.run.gpu import GpuInfo
+from codegen.run.verify import CaseResult
 
 GPU = GpuInfo(name="Fake H200", vendor="nvidia", run_target=Target.SM_90, l2_bytes=1 << 20,
               torch_version="x", runtime_version="CUDA x")

@@ -22,13 +22,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from codegen import gpu as gpu_module
-from codegen import scaffold
-from codegen.cli import app
+from codegen.cli.main import app
+from codegen.core.hardware import Target
 from codegen.families.gemm.spec import GemmDTypes, GemmOverride, GemmSearch, GemmShape, GemmSpec, Tiling
-from codegen.hardware import Target
-from codegen.load import parse_specs
-from codegen.lockfile import (
+from codegen.families.spec import MAX_POINTS, Pipeline
+from codegen.generate import scaffold
+from codegen.generate.lockfile import (
     Candidate,
     LockEntry,
     LockFile,
@@ -38,10 +37,11 @@ from codegen.lockfile import (
     lock_path,
     write_lockfile,
 )
-from codegen.pipeline import Project
-from codegen.project import TOML_LIMITS, ProjectError
-from codegen.spec import MAX_POINTS, Pipeline
-from codegen.tune import constrain
+from codegen.generate.pipeline import Project
+from codegen.run import gpu as gpu_module
+from codegen.spec.load import parse_specs
+from codegen.spec.project import TOML_LIMITS, ProjectError
+from codegen.tune.search import constrain
 
 runner = CliRunner()
 HANG_SECONDS = 120  # a guard against a case that never ends, not a speed target
@@ -152,7 +152,7 @@ PLACES = {
 
 
 def _shown_path(path: tuple) -> str:
-    from codegen.yamlsrc import format_path
+    from codegen.core.yamlsrc import format_path
 
     return format_path(path)
 
@@ -262,8 +262,8 @@ def test_a_search_space_over_the_limit_is_refused_before_expansion(tmp_path: Pat
 def test_a_space_at_the_limit_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The negative control: the same command takes a space of exactly --max-points points past the check, to the
     stages (stopped there: they build for real)."""
-    from codegen import tunecli
-    from codegen.errors import TilegenError
+    from codegen.cli import tune as tunecli
+    from codegen.core.errors import TilegenError
 
     def stages(ls, target, *args, max_points, **kwargs):
         raise TilegenError(f"the stages of {ls.spec.name} on {target.value}, at most {max_points} points")
@@ -276,7 +276,7 @@ def test_a_space_at_the_limit_is_expanded(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_expansion_streams():
     """`expand` yields points one at a time: the first of a 10**12-point space comes at once (a list would not)."""
-    from codegen.tune import expand
+    from codegen.tune.search import expand
 
     (ls,) = parse_specs(dump({**copy.deepcopy(SPEC), "search": _space([1000, 1000, 1000, 1000])}), "x.yaml")
     points = expand(ls.spec, Target.SM_90)
@@ -700,8 +700,8 @@ def test_a_measured_tune_refuses_an_invalid_lockfile_before_measuring(tuned):
     """The lockfile a measured tune merges into is read (and checked against the GPU) before anything runs."""
     from types import SimpleNamespace
 
-    from codegen.lockfile import LockfileError
-    from codegen.tunecli import _lock_to_merge
+    from codegen.cli.tune import _lock_to_merge
+    from codegen.generate.lockfile import LockfileError
 
     root, doc = tuned
     h200 = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90)
@@ -718,7 +718,7 @@ def test_a_measured_tune_refuses_an_invalid_lockfile_before_measuring(tuned):
 def test_tilegen_never_writes_a_lockfile_it_would_refuse(tmp_path: Path):
     from dataclasses import replace
 
-    from codegen.lockfile import LockfileError, read_lockfile
+    from codegen.generate.lockfile import LockfileError, read_lockfile
 
     good = LockEntry(spec="g", hand_hash="0" * 64, shape=(256, 256, 256), device="NVIDIA H200",
                      versions={"tilelang": "0.1.15"},

@@ -15,13 +15,14 @@ import pytest
 from spectext import FILE, edit, errors
 from typer.testing import CliRunner
 
-from codegen import load, yamlsrc
-from codegen.cli import app
-from codegen.errors import SpecError, SpecErrors
-from codegen.instance import build_instances
-from codegen.load import load_spec_files, parse_specs
-from codegen.spec import MAX_INSTANCES, MAX_INT32, MAX_SHAPES
-from codegen.yamlsrc import LIMITS
+from codegen.cli.main import app
+from codegen.core import yamlsrc
+from codegen.core.errors import SpecError, SpecErrors
+from codegen.core.yamlsrc import LIMITS
+from codegen.families.spec import MAX_INSTANCES, MAX_INT32, MAX_SHAPES
+from codegen.generate.instance import build_instances
+from codegen.spec import load
+from codegen.spec.load import load_spec_files, parse_specs
 
 # A guard against unbounded work, not a speed target (the README gives the measured figures: about a
 # millisecond with the libyaml pre-scan, 0.6 s with PyYAML alone; the unbounded loader took 19-48 s on these

@@ -16,13 +16,13 @@ import pytest
 from spectext import REPO_ROOT
 from typer.testing import CliRunner
 
-from codegen import render as render_module
-from codegen.cli import app
+from codegen.cli.main import app
+from codegen.core.hardware import Target
 from codegen.families import all_families
-from codegen.hardware import Target
-from codegen.load import load_spec_files
-from codegen.lockfile import read_lockfile, winner_instance
-from codegen.pipeline import Project
+from codegen.generate import render as render_module
+from codegen.generate.lockfile import read_lockfile, winner_instance
+from codegen.generate.pipeline import Project
+from codegen.spec.load import load_spec_files
 
 NOTE = "# a line every kernel of gemm.py.j2 now carries"
 
@@ -92,7 +92,7 @@ def test_an_edit_of_the_rendered_text_changes_the_code_hash_of_its_kernels_only_
 
 
 def test_the_header_slot_must_be_the_first_line(monkeypatch, tmp_path):
-    from codegen.errors import TilegenError
+    from codegen.core.errors import TilegenError
 
     _with_edited_templates(monkeypatch, tmp_path, lambda name, text: text.replace(
         "{{ header }}\n", "# before the header\n{{ header }}\n", 1) if name == "softmax.py.j2" else text)
@@ -140,11 +140,11 @@ def _template(spec: str, cand) -> str:
 def test_the_build_cache_keys_on_the_code_not_the_header(tmp_path):
     """Two specs in two files asking for one configuration: one name, one code hash, one cache key per shape
     (the header names the spec file, and is not compiled); other code, another key."""
-    from codegen.build import plan
-    from codegen.buildcache import BuildCache
-    from codegen.instance import build_instances
-    from codegen.load import parse_specs
-    from codegen.render import render
+    from codegen.build.cache import BuildCache
+    from codegen.build.compile import plan
+    from codegen.generate.instance import build_instances
+    from codegen.generate.render import render
+    from codegen.spec.load import parse_specs
 
     spec = (REPO_ROOT / "specs" / "softmax.yaml").read_text(encoding="utf-8")
     a, b = (build_instances(parse_specs(spec, f"specs/{n}.yaml"), [Target.SM_90])[0] for n in ("a", "b"))

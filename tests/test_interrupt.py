@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from spectext import REPO_ROOT
 
-from codegen.buildcache import BuildCache
+from codegen.build.cache import BuildCache
+from codegen.core.toolchain import ToolchainMissing
 from codegen.targets.gfx942 import find_gfx942
-from codegen.toolchain import ToolchainMissing
 
 TILEGEN = str(Path(sys.executable).with_name("tilegen"))
 SPECS = ("softmax_fp16_online", "rmsnorm_fp16", "gemm_fp16_decode", "layernorm_fp16")  # ~9 s cold with -j 2
@@ -186,9 +186,9 @@ import os
 import sys
 import time
 
-from codegen import gpu, gpucli, gpurun
-from codegen.gpu import GpuInfo
-from codegen.hardware import Target
+from codegen.run import gpu, gpucli, gpurun
+from codegen.run.gpu import GpuInfo
+from codegen.core.hardware import Target
 
 
 def never_ends(*args, **kwargs):
@@ -211,7 +211,7 @@ else:
     gpurun.verify_case = gpurun.bench_case = gpurun.measure_copy_gbps = never_ends
 
 if __name__ == "__main__":
-    from codegen.cli import main
+    from codegen.cli.main import main
 
     sys.argv = ["tilegen", *sys.argv[1:]]
     main()
@@ -307,7 +307,7 @@ def test_sigterm_and_sighup_end_verify_and_bench_as_ctrl_c_does(tmp_path, comman
 def test_ctrl_c_while_click_builds_the_commands_exits_130(monkeypatch, capsys):
     """A Ctrl-C after the imports but before a command runs (typer building its click group: seen at 0.54 s
     in test_ctrl_c_ends_a_parallel_build_at_any_moment on a loaded machine) exits 130 without a traceback."""
-    from codegen import cli
+    from codegen.cli import main as cli
 
     def interrupted_setup():
         raise KeyboardInterrupt
@@ -337,13 +337,13 @@ if __name__ != "__main__":  # a spawned worker importing this file as __mp_main_
 
 
 def target() -> None:
-    from codegen.workers import worker_signals
+    from codegen.core.workers import worker_signals
 
     worker_signals()
 
 
 if __name__ == "__main__":
-    from codegen.workers import start_process
+    from codegen.core.workers import start_process
 
     start_process(target, ()).join()  # the first worker of this process: it starts the resource tracker
     start_process(target, ()).join()

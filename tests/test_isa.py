@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.gemm.instance import GemmInstance
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.pipeline import Project
+from codegen.generate.pipeline import Project
 from codegen.targets.amdgcn import parse_asm
 from codegen.targets.amdgcn_isa import BANK_CONFLICTS_NOT_ESTIMATED, access_bytes, analyse, vector_warnings
 from codegen.targets.ptx_memory import analyse_ptx, ptx_access_bytes, ptx_vector_warnings
@@ -233,7 +233,7 @@ def test_sass_scalar_loads_flagged_128_bit_and_tma_not():
 def test_sass_report_refused_without_cuobjdump(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from codegen.cli import app
+    from codegen.cli.main import app
     from codegen.targets import sm90_sass
 
     monkeypatch.setattr(sm90_sass.shutil, "which", lambda name: None)

@@ -10,10 +10,10 @@ import os
 import pytest
 
 from codegen.families import derived_shapes
-from codegen.gpu import ContainedRunner, NoGpu, detect_gpu, precompile, unsupported_on
-from codegen.pipeline import Project
+from codegen.generate.pipeline import Project
+from codegen.run.gpu import ContainedRunner, NoGpu, detect_gpu, precompile, unsupported_on
+from codegen.run.verify import verify_case
 from codegen.targets import HARDWARE
-from codegen.verify import verify_case
 
 FILES = Project().rendered()
 

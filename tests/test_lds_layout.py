@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from spectext import FILE, REPO_ROOT, edit, errors
 
-from codegen.build import BuildOptions, build_files
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.render import render_all
+from codegen.build.compile import BuildOptions, build_files
+from codegen.core.hardware import Target
+from codegen.core.toolchain import ToolchainMissing
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 from codegen.targets.gfx942 import find_gfx942
-from codegen.toolchain import ToolchainMissing
-from codegen.tune import constrain, expand
+from codegen.tune.search import constrain, expand
 
 BASE = """\
 - name: g
@@ -109,7 +109,7 @@ def test_the_default_renames_nothing_and_sm_90_stages_b_as_stored():
 
 
 def test_committed_nn_seeds_use_it_on_the_amd_targets_only():
-    from codegen.pipeline import Project
+    from codegen.generate.pipeline import Project
 
     for f in Project(root=REPO_ROOT).rendered():
         inst = f.instance

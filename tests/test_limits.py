@@ -13,10 +13,10 @@ import re
 import pytest
 from spectext import FILE, edit, errors
 
-from codegen.errors import TilegenError
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.render import render_all
+from codegen.core.errors import TilegenError
+from codegen.generate.instance import build_instances
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 
 GEMM = """\
 - name: g
@@ -178,7 +178,7 @@ LAUNCH_PROBES = """\
                          ids=lambda f: f"{f.instance.name}-{f.instance.target.value}")
 def test_launch_grids_match_what_tilelang_launches(f):
     pytest.importorskip("tilelang")
-    from codegen.build import _lower_recording_launches
+    from codegen.build.compile import _lower_recording_launches
 
     shape = f.instance.shapes[0]
     _, launches = _lower_recording_launches(f, shape)
@@ -213,7 +213,7 @@ INDEX_CASES = [
 
 @pytest.fixture(scope="module")
 def committed():
-    from codegen.pipeline import Project
+    from codegen.generate.pipeline import Project
 
     return {(f.instance.name, f.instance.target.value): f for f in Project().rendered()}
 
@@ -222,7 +222,7 @@ def committed():
 @pytest.mark.parametrize(("name", "buffers", "big", "small"), INDEX_CASES, ids=[c[0] for c in INDEX_CASES])
 def test_tensors_of_2_to_the_31_elements_index_in_int64(committed, name, buffers, big, small, target):
     pytest.importorskip("tilelang")
-    from codegen.lower import lower
+    from codegen.generate.lower import lower
 
     f = committed[(name, target)]
     big_src = lower(f, big, f.instance.target).source
@@ -259,7 +259,7 @@ def test_specialized_gemm_edge_offset_past_int32_is_refused():
 def test_the_index_width_rule_is_what_tilelang_fails_on():
     """If TileLang learns to widen the literal, this fails: drop rule index_width then."""
     pytest.importorskip("tilelang")
-    from codegen.lower import lower
+    from codegen.generate.lower import lower
 
     text = edit(SPECIALIZED, "targets: [gfx942, sm_90]", "targets: [sm_90]")
     [f] = render_all(build_instances(parse_specs(edit(text, "m: 32771", "m: 32767"), FILE)))

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import LoweredKernel
-from codegen.pipeline import Project
-from codegen.render import RenderedFile, render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import LoweredKernel
+from codegen.generate.pipeline import Project
+from codegen.generate.render import RenderedFile, render_all
+from codegen.spec.load import parse_specs
 from codegen.targets import TARGETS
 
 # the session's lowered first shapes are made once: the module's tests in one xdist worker

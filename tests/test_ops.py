@@ -14,9 +14,8 @@ import torch
 from opsfakes import KernelCallError, TorchKernels
 
 import tilegen
-from codegen.hardware import Target
-from codegen.load import load_spec_files
-from codegen.lockfile import (
+from codegen.core.hardware import Target
+from codegen.generate.lockfile import (
     Candidate,
     LockEntry,
     LockFile,
@@ -26,11 +25,12 @@ from codegen.lockfile import (
     winner_instance,
     write_lockfile,
 )
+from codegen.generate.render import render
 from codegen.ops import FallbackWarning, NoKernelError, OpsError, OpsInputError, library, stats_table
 from codegen.ops.adapters import ADAPTERS, GemmArgs
 from codegen.ops.cache import ENTRY_FILE, TILELANG_CACHE_ENV, OpsCache, environment_material, kernel_material
 from codegen.ops.dispatch import BUCKET_MAX_BLOCK_RATIO, resolve
-from codegen.render import render
+from codegen.spec.load import load_spec_files
 
 H200 = "NVIDIA H200"
 SPECS = """\
@@ -413,7 +413,7 @@ ENV = environment_material(target=Target.SM_90, device=H200, torch_version="2.11
 
 
 def _rendered(project, name="rms"):
-    from codegen.pipeline import Project
+    from codegen.generate.pipeline import Project
 
     return next(f for f in Project(root=project).rendered(None, [Target.SM_90]) if name in f.names)
 

@@ -16,7 +16,7 @@ from opsfakes import TorchKernels
 from torch import nn
 
 import tilegen
-from codegen.hardware import Target
+from codegen.core.hardware import Target
 from codegen.ops import FallbackWarning, NoKernelError, OpsInputError
 from codegen.ops.adapters import ADAPTERS, RowArgs, SoftmaxArgs
 from codegen.ops.llama import call_layer, patch_llama_layer

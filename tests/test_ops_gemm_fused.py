@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from opsfakes import TorchKernels
 
 import tilegen
-from codegen.hardware import Target
+from codegen.core.hardware import Target
 from codegen.ops import FallbackWarning, NoKernelError, OpsInputError
 from codegen.ops.adapters import ADAPTERS, GatedArgs, GemmEpilogueArgs
 

@@ -12,7 +12,7 @@ import torch
 from opsfakes import TorchKernels
 
 import tilegen
-from codegen.hardware import Target
+from codegen.core.hardware import Target
 from codegen.ops.llama import KVCache, call_layer, patch_llama_layer
 
 transformers = pytest.importorskip("transformers")

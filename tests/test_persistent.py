@@ -13,19 +13,19 @@ import torch
 from numcheck import check_output
 from spectext import FILE, REPO_ROOT, check_rule_case, edit, errors
 
-from codegen.build import BuildOptions, build_files
+from codegen.build.compile import BuildOptions, build_files
+from codegen.core.hardware import Target
+from codegen.core.toolchain import ToolchainMissing
 from codegen.families.gemm.instance import PersistentSchedule
 from codegen.families.gemm.numerics import gemm_derived_shapes
 from codegen.families.gemm.spec import GEMM_TUNABLES
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import load_module, lower
-from codegen.pipeline import Project
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import load_module, lower
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 from codegen.targets import TARGETS
-from codegen.toolchain import ToolchainMissing
-from codegen.tune import constrain, expand
+from codegen.tune.search import constrain, expand
 
 BASE = """\
 - name: p

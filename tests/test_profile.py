@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from codegen import profile as prof
-from codegen.cli import app
-from codegen.gpu import GpuInfo
-from codegen.hardware import Target
-from codegen.pipeline import Project
+from codegen.cli.main import app
+from codegen.core.hardware import Target
+from codegen.generate.pipeline import Project
+from codegen.run import profile as prof
+from codegen.run.gpu import GpuInfo
 from codegen.targets import HARDWARE
 
 DATA = Path(__file__).parent / "data" / "profile"
@@ -115,12 +115,12 @@ def test_rocprofv3_csv_of_another_kind_is_an_error():
 
 
 def test_profiler_commands():
-    cmd = prof.ncu_command("ncu", Path("/tmp/x.csv"), "^gemm_abc", ["python", "-m", "codegen.profile_child"])
+    cmd = prof.ncu_command("ncu", Path("/tmp/x.csv"), "^gemm_abc", ["python", "-m", "codegen.run.profile_child"])
     text = " ".join(cmd)
     for part in ("--clock-control none", "--csv", "--page raw", "--kernel-name regex:^gemm_abc",
                  "--nvtx-include tilegen_profile/", "--section WarpStateStats", "dram__bytes_read.sum"):
         assert part in text
-    assert cmd[-3:] == ["python", "-m", "codegen.profile_child"]
+    assert cmd[-3:] == ["python", "-m", "codegen.run.profile_child"]
     roc = prof.rocprof_command("rocprofv3", Path("/tmp/d"), ("FETCH_SIZE", "WRITE_SIZE"), "^k", ["python"])
     assert roc[:4] == ["rocprofv3", "--pmc", "FETCH_SIZE", "WRITE_SIZE"] and roc[-2:] == ["--", "python"]
 
@@ -130,7 +130,7 @@ FAKE_H200 = GpuInfo(name="NVIDIA H200", vendor="nvidia", run_target=Target.SM_90
 
 
 def test_missing_profiler_is_one_line_exit_1_and_nothing_written(tmp_path, monkeypatch):
-    monkeypatch.setattr("codegen.gpucli.require_gpu", lambda: FAKE_H200)
+    monkeypatch.setattr("codegen.run.gpucli.require_gpu", lambda: FAKE_H200)
     monkeypatch.setattr(prof.shutil, "which", lambda name: None)
     result = CliRunner().invoke(app, ["profile", "gemm_fp16_nt", "--out", str(tmp_path)])
     assert result.exit_code == 1
@@ -140,7 +140,7 @@ def test_missing_profiler_is_one_line_exit_1_and_nothing_written(tmp_path, monke
 
 def test_report_written_from_the_samples(tmp_path, monkeypatch):
     """The whole command on the CPU, ncu replaced by the recorded-format samples."""
-    monkeypatch.setattr("codegen.gpucli.require_gpu", lambda: FAKE_H200)
+    monkeypatch.setattr("codegen.run.gpucli.require_gpu", lambda: FAKE_H200)
     monkeypatch.setattr(prof, "find_profiler", lambda vendor: "ncu")
     uri = next(f.uri for f in PROJECT.rendered(targets=[Target.SM_90]) if f.uri.startswith("rmsnorm_fp16_streamed_t256_v8_u2"))
     seen = []

@@ -8,9 +8,9 @@ import pytest
 from spectext import REPO_ROOT
 from typer.testing import CliRunner
 
-from codegen.cli import app
-from codegen.pipeline import Project
-from codegen.project import ProjectError, find_project_root, read_config, resolve_root
+from codegen.cli.main import app
+from codegen.generate.pipeline import Project
+from codegen.spec.project import ProjectError, find_project_root, read_config, resolve_root
 
 runner = CliRunner()
 

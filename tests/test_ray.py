@@ -14,15 +14,15 @@ import pytest
 import ray  # the dev extra brings it: a missing Ray fails this test rather than skipping it
 from spectext import FILE, REPO_ROOT
 
-from codegen import build as build_mod
-from codegen import gpurun
-from codegen.build import BuildOptions
-from codegen.errors import TilegenError
-from codegen.gpu import GpuInfo
-from codegen.hardware import Target
-from codegen.load import parse_specs
-from codegen.pipeline import Project
-from codegen.tune import tune_static
+from codegen.build import compile as build_mod
+from codegen.build.compile import BuildOptions
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import Target
+from codegen.generate.pipeline import Project
+from codegen.run import gpurun
+from codegen.run.gpu import GpuInfo
+from codegen.spec.load import parse_specs
+from codegen.tune.search import tune_static
 
 # one local Ray cluster for the module (the machine's default port): its tests in one xdist worker
 pytestmark = pytest.mark.xdist_group("ray")
@@ -94,7 +94,7 @@ def test_gpu_cases_as_ray_tasks_are_contained_and_ordered(cluster, monkeypatch):
 def test_ray_missing_is_one_line(monkeypatch):
     import builtins
 
-    from codegen import raypool
+    from codegen.core import raypool
 
     real = builtins.__import__
 

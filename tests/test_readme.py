@@ -17,10 +17,10 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 from pydantic_core.core_schema import ErrorType
 
-from codegen.cli import app
+from codegen.cli.main import app
 from codegen.families import all_families
-from codegen.instance import build_instances
-from codegen.load import parse_specs
+from codegen.generate.instance import build_instances
+from codegen.spec.load import parse_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -16,11 +16,11 @@ from spectext import FILE, edit, errors
 from codegen.families import derived_shapes, family
 from codegen.families.rope.numerics import NUMERICS as ROPE
 from codegen.families.rope.numerics import rope32
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.pipeline import Project
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 
 BASE = """\
 - name: r

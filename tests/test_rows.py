@@ -10,14 +10,14 @@ import pytest
 from numcheck import check_output
 from spectext import FILE, edit, errors
 
+from codegen.core.hardware import Target
 from codegen.families import derived_shapes
 from codegen.families.rows import peel_scalar_mask
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.pipeline import Project
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 
 PEEL = """\
 - name: s
@@ -237,7 +237,7 @@ PROBES = [f for text in (SPLIT, NORM_SPLIT, edit(NORM_SPLIT, "op: layernorm", "o
 
 @pytest.mark.parametrize("f", PROBES, ids=lambda f: f"{f.instance.op}-{f.instance.target.value}")
 def test_split_launches_two_kernels_of_the_grid_it_says(f):
-    from codegen.build import _lower_recording_launches
+    from codegen.build.compile import _lower_recording_launches
 
     shape = f.instance.shapes[0]
     _, launches = _lower_recording_launches(f, shape)
@@ -261,7 +261,7 @@ def test_split_output_verifies_and_every_control_is_rejected(name, target):
 # ---- the tuning space ---------------------------------------------------------------------------------
 
 def test_peel_and_split_are_row_search_fields():
-    from codegen.tune import constrain, expand
+    from codegen.tune.search import constrain, expand
 
     text = SPLIT + "  search:\n    sm_90:\n      split: [1, auto, 64]\n      variant: [two_pass, online]\n"
     (ls,) = parse_specs(text, FILE)
@@ -327,7 +327,7 @@ PACK_PROBES = [f for text in (PACK, edit(edit(PACK, "op: softmax", "op: layernor
 
 @pytest.mark.parametrize("f", PACK_PROBES, ids=lambda f: f"{f.instance.op}-{f.instance.target.value}")
 def test_pack_launches_rows_over_pack_workgroups_each_row_its_lanes(f):
-    from codegen.build import _lower_recording_launches
+    from codegen.build.compile import _lower_recording_launches
 
     shape = f.instance.shapes[0]
     src, launches = _lower_recording_launches(f, shape)

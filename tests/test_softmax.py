@@ -15,11 +15,11 @@ from codegen.families import derived_shapes
 from codegen.families.rows import row_register_budget
 from codegen.families.softmax.numerics import NUMERICS as SOFTMAX
 from codegen.families.softmax.numerics import softmax_dropped_chunk
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.pipeline import Project
-from codegen.render import render_all
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
 from codegen.targets.gfx942 import HW as GFX942
 from codegen.targets.sm90 import HW as SM_90
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from spectext import FILE, edit, errors
 
-from codegen.errors import SpecErrors
-from codegen.instance import build_instances
-from codegen.load import load_spec_files, parse_specs
+from codegen.core.errors import SpecErrors
+from codegen.generate.instance import build_instances
+from codegen.spec.load import load_spec_files, parse_specs
 
 # Line numbers in the expected messages refer to this text (block style keeps the columns short).
 BASE = """\

@@ -13,16 +13,16 @@ import torch
 from numcheck import check_output
 from spectext import FILE, check_rule_case, edit, errors
 
+from codegen.core.hardware import Target
 from codegen.families import family
 from codegen.families.gemm.numerics import gemm_derived_shapes, gemm_tolerance
 from codegen.families.gemm.rules import split_tiles
-from codegen.hardware import Target
-from codegen.instance import build_instances
-from codegen.load import parse_specs
-from codegen.lower import lower
-from codegen.pipeline import Project
-from codegen.render import render_all
-from codegen.tune import constrain, expand
+from codegen.generate.instance import build_instances
+from codegen.generate.lower import lower
+from codegen.generate.pipeline import Project
+from codegen.generate.render import render_all
+from codegen.spec.load import parse_specs
+from codegen.tune.search import constrain, expand
 
 BASE = """\
 - name: sk
@@ -267,9 +267,9 @@ def test_the_split_sum_is_well_inside_the_accumulation_term():
 def test_split_k_composes_with_dynamic_m_and_transposed_b():
     from spectext import FILE
 
-    from codegen.instance import build_instances
-    from codegen.load import parse_specs
-    from codegen.render import render
+    from codegen.generate.instance import build_instances
+    from codegen.generate.render import render
+    from codegen.spec.load import parse_specs
 
     base = """\
 - name: s

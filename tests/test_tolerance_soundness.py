@@ -9,12 +9,12 @@ import pytest
 import torch
 from numcheck import check_output
 
+from codegen.core.hardware import Target
 from codegen.families import family
 from codegen.families.gemm.numerics import Tolerance
-from codegen.hardware import Target
-from codegen.pipeline import Project
+from codegen.generate.pipeline import Project
+from codegen.run.verify import UNSOUND_TOLERANCE, judge
 from codegen.targets import torch_dtype
-from codegen.verify import UNSOUND_TOLERANCE, judge
 
 FILES = Project().rendered()
 

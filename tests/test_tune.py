@@ -11,11 +11,10 @@ from types import SimpleNamespace
 import pytest
 from spectext import FILE, REPO_ROOT, edit, errors
 
-from codegen.build import BuildOptions, BuildReport, BuildResult
-from codegen.errors import TilegenError
-from codegen.hardware import Target
-from codegen.load import parse_specs
-from codegen.lockfile import (
+from codegen.build.compile import BuildOptions, BuildReport, BuildResult
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import Target
+from codegen.generate.lockfile import (
     Candidate,
     LockEntry,
     LockFile,
@@ -25,8 +24,9 @@ from codegen.lockfile import (
     read_lockfile,
     write_lockfile,
 )
-from codegen.tune import STATIC_LABEL, constrain, expand, hand_values, prune, static_rank, tune_static
-from codegen.tune_measure import parse_budget
+from codegen.spec.load import parse_specs
+from codegen.tune.measure import parse_budget
+from codegen.tune.search import STATIC_LABEL, constrain, expand, hand_values, prune, static_rank, tune_static
 
 BASE = """\
 - name: g
@@ -94,8 +94,8 @@ def test_row_family_search_values_use_the_family_types():
 
 
 def test_gen_ignores_the_search_block():
-    from codegen.instance import build_instances
-    from codegen.render import render_all
+    from codegen.generate.instance import build_instances
+    from codegen.generate.render import render_all
 
     without = BASE[: BASE.index("  search:")]
     a = render_all(build_instances(parse_specs(BASE, FILE)))
@@ -234,7 +234,7 @@ def _entry(ls, **kw) -> LockEntry:
 
 def _candidate(ls, stages: int, time_ms: float) -> Candidate:
     """The lockfile candidate of the spec's sm_90 kernel at `stages`: its name and code hash as rendered today."""
-    from codegen.tune import constrain as c
+    from codegen.tune.search import constrain as c
 
     part = c(ls, Target.SM_90, [(("pipeline.stages", stages),)])
     rendered = part.files[part.points[0].uri]
@@ -331,9 +331,9 @@ def test_budget_parsing():
 # ---- measured selection, with verify and bench replaced (no GPU here) --------------------------------
 
 def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_path):
-    from codegen import gpurun
-    from codegen.tune import TuneResult
-    from codegen.tune_measure import STRATEGY, measure
+    from codegen.run import gpurun
+    from codegen.tune.measure import STRATEGY, measure
+    from codegen.tune.search import TuneResult
 
     text = edit(SM90, "    - {m: 256, n: 256, k: 256}\n", "    - {m: 256, n: 256, k: 256}\n    - {m: 512, n: 256, k: 256}\n")
     ls = loaded(text)
@@ -379,7 +379,7 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
     md = replace(result, measured=doc).markdown()
     assert f"| 256x256x256 | `{fastest}` | 1.0000 | `{second}` | 1.5000 | 2.0000 | 1.2000 | 2.000x | 1.200x |" in md
     assert f"- not selectable: `{bad}`" in md
-    from codegen.tune import plot_candidates
+    from codegen.tune.search import plot_candidates
 
     assert plot_candidates(doc, tmp_path / "p.png") and (tmp_path / "p.png").stat().st_size > 1000
     with pytest.raises(TilegenError, match="sm_90 kernels are measured on a sm_90 GPU"):
@@ -390,10 +390,10 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
 # ---- gen and bench use the lockfile -----------------------------------------------------------------------
 
 def test_gen_emits_the_tuned_configuration_of_each_fresh_entry(tmp_path):
-    from codegen.gpurun import tuning_lines
-    from codegen.instance import build_instances
-    from codegen.lockfile import tuned_instances
-    from codegen.render import render_all, workloads_text
+    from codegen.generate.instance import build_instances
+    from codegen.generate.lockfile import tuned_instances
+    from codegen.generate.render import render_all, workloads_text
+    from codegen.run.gpurun import tuning_lines
 
     text = edit(SM90, "    - {m: 256, n: 256, k: 256}\n", "    - {m: 256, n: 256, k: 256}\n    - {m: 512, n: 256, k: 256}\n")
     ls = loaded(text)
@@ -453,9 +453,10 @@ def test_a_top_level_amd_only_value_does_not_break_the_sm90_hand_configuration()
 def test_measured_rounds_time_torch_once_and_never_start_a_round_past_the_budget(monkeypatch):
     """Halving over 8 candidates: torch's baselines are asked for in the first round only, and a round whose
     estimated time (the last round's, scaled by the candidates left) would overrun the budget is not started."""
-    from codegen import gpurun, tune_measure
-    from codegen.tune import TuneResult
-    from codegen.tune_measure import measure
+    from codegen.run import gpurun
+    from codegen.tune import measure as tune_measure
+    from codegen.tune.measure import measure
+    from codegen.tune.search import TuneResult
 
     ls = loaded(SM90)
     points = [(("pipeline.stages", s), ("swizzle_panel", w)) for s in (2, 3, 4) for w in (4, 8, 16)]

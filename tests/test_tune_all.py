@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 from test_tune import SM90, _candidate, _entry, loaded
 
-from codegen.errors import TilegenError
-from codegen.hardware import Target
-from codegen.lockfile import LockFile, lock_path, write_lockfile
-from codegen.tuneall import FAILED, FRESH, NOT_REACHED, TUNED, to_tune, tune_all, write_summary
+from codegen.cli.tuneall import FAILED, FRESH, NOT_REACHED, TUNED, to_tune, tune_all, write_summary
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import Target
+from codegen.generate.lockfile import LockFile, lock_path, write_lockfile
 
 VERSIONS = {"torch": "2.8.0", "runtime": "CUDA 12.8", "driver": "570.1"}  # what _entry records
 
@@ -85,7 +85,7 @@ def test_a_target_the_gpu_does_not_run_is_refused(tmp_path):
 
 
 def test_the_summary_is_written_as_json_and_markdown(tmp_path):
-    from codegen.tuneall import TuneAllRow
+    from codegen.cli.tuneall import TuneAllRow
 
     rows = [TuneAllRow(spec="a", target=Target.SM_90, status=TUNED, shapes=2, seconds=12.0, speedup_vs_hand=1.1,
                        vs_best_torch=0.98, best_torch="eager")]
@@ -99,7 +99,7 @@ def test_the_summary_is_written_as_json_and_markdown(tmp_path):
 def test_tune_check_lists_untuned_shapes_and_fails_only_on_stale_entries_or_with_strict(tmp_path):
     from typer.testing import CliRunner
 
-    from codegen.cli import app
+    from codegen.cli.main import app
 
     (tmp_path / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
     (tmp_path / "specs").mkdir()

@@ -9,10 +9,10 @@ import torch
 import workertasks
 from numcheck import check_output
 
+from codegen.core.hardware import Target
 from codegen.families.gemm.numerics import dropped_k_tile, wrong_operation
-from codegen.gpu import ContainedRunner
-from codegen.hardware import Target
-from codegen.pipeline import Project
+from codegen.generate.pipeline import Project
+from codegen.run.gpu import ContainedRunner
 from codegen.targets import torch_dtype
 
 _check = partial(check_output, scale=1.0)  # the GEMM checker at the model's own tolerance

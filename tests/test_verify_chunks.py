@@ -12,11 +12,11 @@ import torch
 from numcheck import check_output
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from codegen.core.hardware import Target
 from codegen.families import family
-from codegen.hardware import Target
-from codegen.pipeline import Project
+from codegen.generate.pipeline import Project
+from codegen.run.verify import compare, judge_chunks
 from codegen.targets import torch_dtype
-from codegen.verify import compare, judge_chunks
 
 FILES = {(f.instance.name, f.instance.target): f.instance for f in Project().rendered()}
 

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 from pydantic import BaseModel
 
-from codegen.errors import TilegenError
+from codegen.core.errors import TilegenError
 from codegen.families import attention, gemm, norm, rope, softmax
 from codegen.families.base import Family, InstanceBase, Numerics, Output
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel
 
-from codegen.rules import Violation
+from codegen.families.rules import Violation
 from codegen.targets.base import TargetSpec
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # codegen/
@@ -64,7 +64,7 @@ class InstanceBase:
     schedule, tail), the target, and a short sha256 of the canonical configuration (every field, each with
     its value, but the workload, the policies and the template file chosen from the others), e.g.
     `gemm_fp16_nt_128x256x64_t256_s3_sm90_3f2a9c`. Shapes are the workload beside it: adding one renames
-    nothing. What the code is (codegen.render: the sha256 of the rendered module, its header excluded) is
+    nothing. What the code is (codegen.generate.render: the sha256 of the rendered module, its header excluded) is
     recorded beside the name, never part of it."""
 
     def stem(self) -> str:
@@ -171,7 +171,7 @@ class Output:
 
     name: str
     shape: tuple[int, ...]
-    dtype: str  # a spec dtype (codegen.hardware.DType value); the torch dtype is the run target's
+    dtype: str  # a spec dtype (codegen.core.hardware.DType value); the torch dtype is the run target's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +189,7 @@ class Numerics:
     bytes: Callable[..., float]  # (inst, shape) -> compulsory DRAM bytes
     make_inputs: Callable[..., object]  # (inst, shape, *, seed, kind, device, run_target) -> case
     reference: Callable[..., tuple]  # (inst, case) -> (fp32 reference, error magnitude for the tolerance)
-    # (inst, case, max_elements) -> Iterator[codegen.verify.CheckChunk] covering the output once: the
+    # (inst, case, max_elements) -> Iterator[codegen.families.numerics.CheckChunk] covering the output once: the
     # reference, magnitude and controls of each piece, its fp32 temporaries about max_elements each
     chunks: Callable[..., Iterator]
     tolerance: Callable[..., object]  # (inst, shape, run_target) -> a tolerance with bound(ref, mag), describe()

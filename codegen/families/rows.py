@@ -12,11 +12,20 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Hardware, Target
 from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
-from codegen.hardware import DTYPE_BYTES, DType, Hardware, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF
-from codegen.rules import Violation, threads_violations
-from codegen.spec import MAX_INT32, MAX_SHAPES, Identifier, Model, PositiveInt, RowDTypes, TailPolicy, ToleranceScale
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk
+from codegen.families.rules import Violation, threads_violations
+from codegen.families.spec import (
+    MAX_INT32,
+    MAX_SHAPES,
+    Identifier,
+    Model,
+    PositiveInt,
+    RowDTypes,
+    TailPolicy,
+    ToleranceScale,
+)
 from codegen.targets import torch_dtype
 from codegen.targets.base import TargetSpec
 
@@ -590,8 +599,6 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
     wrongs the first row only, so in later blocks it is the reference itself; `whole_controls(inst, case,
     step)`, if given, returns {name: fn(sub, r0) -> wrong} for controls that mix rows (a pre-pass over the
     blocks gathers what they need)."""
-    from codegen.verify import CheckChunk
-
     rows, cols = case.X.shape
     step = max(inst.pack, max_elements // max(cols, 1) // inst.pack * inst.pack)  # whole blocks of packed rows
     mixed = whole_controls(inst, case, step) if whole_controls else {}
@@ -615,8 +622,6 @@ def row_output_chunks(inst, case, max_elements: int, outputs, references, contro
     one (ref, mag) per output and `controls(inst, sub, refs, r0=r0, rows=rows)` {name: one wrong tensor per output}
     (the reference itself where the control leaves that output right). A block yields one CheckChunk per output; a
     control in `first_row_controls` wrongs the first row only (later blocks: the references)."""
-    from codegen.verify import CheckChunk
-
     rows, cols = case.X.shape
     full = max(1, sum(1 for o in outputs(inst, (rows, cols)) if o.shape[-1] == cols))
     step = max(inst.pack, max_elements // max(cols * full, 1) // inst.pack * inst.pack)

@@ -19,7 +19,7 @@ from typing import ClassVar, NamedTuple
 
 import torch
 
-from codegen.hardware import DType, Target
+from codegen.core.hardware import DType, Target
 from codegen.ops.errors import OpsInputError
 from codegen.targets import TARGETS, torch_dtype
 

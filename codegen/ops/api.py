@@ -22,8 +22,9 @@ from typing import Protocol
 
 import torch
 
-from codegen.columns import Column, markdown_table
-from codegen.hardware import Target
+from codegen.core.columns import Column, markdown_table
+from codegen.core.hardware import Target
+from codegen.generate.render import RenderedFile
 from codegen.ops import library
 from codegen.ops.adapters import (
     ADAPTERS,
@@ -42,7 +43,6 @@ from codegen.ops.adapters import (
 from codegen.ops.cache import CacheEvent, OpsCache, PrecompileReport, local_environment, precompile
 from codegen.ops.dispatch import Candidate, Route, catalog, resolve
 from codegen.ops.errors import FallbackWarning, NoKernelError, OpsError, OpsInputError
-from codegen.render import RenderedFile
 
 
 class Backend(Protocol):
@@ -113,7 +113,7 @@ STATS_COLUMNS = (
 
 
 def stats_table(rows: list[StatRow]) -> str:
-    """Ops.stats() as a Markdown table (one column definition: codegen.columns)."""
+    """Ops.stats() as a Markdown table (one column definition: codegen.core.columns)."""
     return "\n".join(markdown_table(STATS_COLUMNS, rows))
 
 
@@ -465,12 +465,12 @@ def load(project_dir: str | Path | None = None, *, strict: bool = False, backend
     target, its lockfile entries for this GPU model, compiled kernels cached under <project>/.cache/ops.
     strict: a call no kernel serves raises NoKernelError instead of running the torch fallback.
     `backend`, `target` and `device_name` replace the GPU present (tests: kernels that compute with torch)."""
-    from codegen.pipeline import Project
-    from codegen.project import resolve_root
+    from codegen.generate.pipeline import Project
+    from codegen.spec.project import resolve_root
 
     root = resolve_root(Path(project_dir) if project_dir is not None else None)
     if backend is None:
-        from codegen.gpu import NoGpu, detect_gpu
+        from codegen.run.gpu import NoGpu, detect_gpu
 
         try:
             gpu = detect_gpu()

@@ -2,9 +2,9 @@
 
 An entry is one compiled kernel: one configuration (its uri) at one compile shape (a dynamic-M kernel: one
 entry for every M), for one device and software stack. Its key is the sha256 of the key material, like the
-build cache's (codegen.buildcache.cache_key): the uri, the sha256 of the rendered code (`RenderedFile.code_sha256`),
+build cache's (codegen.build.cache.cache_key): the uri, the sha256 of the rendered code (`RenderedFile.code_sha256`),
 the compile shape, the run target, the TileLang version, the device compiler's fingerprint, the device name,
-the torch and CUDA/HIP runtime versions, and the code of the compile path (codegen/gpu.py, codegen/lower.py).
+the torch and CUDA/HIP runtime versions, and the code of the compile path (codegen/run/gpu.py, codegen/generate/lower.py).
 Any of them changing is a miss: a tune or a template edit that changes the code, a new TileLang or CUDA,
 another GPU model.
 
@@ -19,6 +19,7 @@ serialised by a lock too.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import threading
@@ -27,26 +28,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.buildcache import BuildCache, cache_key
-from codegen.files import write_text_atomic
-from codegen.hardware import Target
-from codegen.render import RenderedFile
+from codegen.build.cache import BuildCache, cache_key
+from codegen.core.files import write_text_atomic
+from codegen.core.hardware import Target
+from codegen.generate.render import RenderedFile
 
 CACHE_SUBDIR = Path(".cache") / "ops"
 ENTRY_FILE = "entry.json"
 TILELANG_SUBDIR = "tilelang"
 TILELANG_CACHE_ENV = "TILELANG_CACHE_DIR"
 # the code a compile runs through besides the rendered module: its text is in every key
-COMPILE_PATH_FILES = ("gpu.py", "lower.py")
+COMPILE_PATH_FILES = {"gpu.py": "codegen.run.gpu", "lower.py": "codegen.generate.lower"}
 
 _ENV_LOCK = threading.Lock()  # TILELANG_CACHE_DIR is one variable per process
 
 
 def _compile_path_sha256() -> str:
-    here = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for name in COMPILE_PATH_FILES:
-        h.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
+    for name, module in COMPILE_PATH_FILES.items():  # each module's source, found without importing it
+        h.update(name.encode() + b"\0" + Path(importlib.util.find_spec(module).origin).read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -58,10 +58,10 @@ def environment_material(*, target: Target, device: str, torch_version: str, run
 
 
 def local_environment(target: Target, gpu) -> dict[str, object]:
-    """environment_material for the GPU present (codegen.gpu.GpuInfo) and the installed TileLang; the device
+    """environment_material for the GPU present (codegen.run.gpu.GpuInfo) and the installed TileLang; the device
     compiler's fingerprint where it is found (TileLang finds nvcc / hipcc the same way), else why not."""
+    from codegen.core.toolchain import ToolchainMissing, find_tilelang
     from codegen.targets import find_toolchain
-    from codegen.toolchain import ToolchainMissing, find_tilelang
 
     try:
         toolchain = find_toolchain(target, Path.cwd()).fingerprint()
@@ -88,11 +88,11 @@ class CacheEvent:
     seconds: float  # compile, or load, until the kernel object existed
 
 
-CompileFn = Callable[[RenderedFile, tuple, Target], object]  # codegen.gpu.compile_kernel's signature
+CompileFn = Callable[[RenderedFile, tuple, Target], object]  # codegen.run.gpu.compile_kernel's signature
 
 
 def _default_compile(rendered: RenderedFile, shape: tuple, target: Target):
-    from codegen import gpu
+    from codegen.run import gpu
 
     return gpu.compile_kernel(rendered, shape, target)
 
@@ -183,9 +183,9 @@ class PrecompileReport:
 def precompile(cache: OpsCache, jobs: list[tuple[RenderedFile, tuple]], environment: Mapping[str, object],
                target: Target, *, workers: int) -> PrecompileReport:
     """Compile every (kernel, compile shape) of `jobs` whose entry is not complete, `workers` at a time in worker
-    processes (codegen.workers.WorkerPool, as `tilegen verify` compiles); the processes that call the kernels
+    processes (codegen.core.workers.WorkerPool, as `tilegen verify` compiles); the processes that call the kernels
     then load them from their entries."""
-    from codegen.workers import WorkerPool, set_tilelang_log_level, tilelang_log_level
+    from codegen.core.workers import WorkerPool, set_tilelang_log_level, tilelang_log_level
 
     t0 = time.perf_counter()
     unique = {(r.uri, tuple(s)): (r, tuple(s)) for r, s in jobs}

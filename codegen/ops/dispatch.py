@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from codegen.hardware import Target
+from codegen.core.hardware import Target
+from codegen.generate.render import RenderedFile
 from codegen.ops.adapters import ADAPTERS, Want
-from codegen.render import RenderedFile
 
 # a bucket's kernel runs at most this many times the row blocks (block_m rows) the call's own M needs: the waste
 # of padding is bounded, and a block's worth of padding (M = 1 on a 16-row tile) is free

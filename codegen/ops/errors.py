@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from codegen.errors import TilegenError
+from codegen.core.errors import TilegenError
 
 
 class OpsError(TilegenError):

@@ -1,6 +1,6 @@
 """The target registry: one `TargetSpec` per `Target`, each defined in its own module here.
 
-Adding a target: a value in `codegen.hardware.Target`, a module `codegen/targets/<target>.py` defining
+Adding a target: a value in `codegen.core.hardware.Target`, a module `codegen/targets/<target>.py` defining
 `TARGET = TargetSpec(...)`, and its line in `_MODULES` below.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from codegen.errors import TilegenError
-from codegen.hardware import Hardware, Target
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import Hardware, Target
 from codegen.targets import gfx942, gfx950, sm90
 from codegen.targets.base import TargetSpec, Toolchain
 
@@ -40,7 +40,7 @@ def find_toolchain(target: Target, root: Path, *, gfx942_env: Path | None = None
 
 def torch_dtype(dtype, target: Target):
     """The torch dtype of a spec dtype on `target`'s devices (fp8 e4m3 is fnuz on gfx942)."""
-    from codegen.hardware import DType
+    from codegen.core.hardware import DType
 
     return TARGETS[target].torch_dtype(DType(dtype))
 

@@ -19,7 +19,8 @@ from types import MappingProxyType
 
 import yaml
 
-from codegen.hardware import DType, Hardware
+from codegen.core.hardware import DType, Hardware
+from codegen.core.toolchain import TileLangInstall, ToolchainMissing, find_tilelang, run_version
 from codegen.targets.amdgcn_isa import IsaAnalysis, analyse, vector_warnings
 from codegen.targets.base import (
     Check,
@@ -32,7 +33,6 @@ from codegen.targets.base import (
     smoke_check,
     vector_checked_symbols,
 )
-from codegen.toolchain import TileLangInstall, ToolchainMissing, find_tilelang, run_version
 
 # ---- toolchain ------------------------------------------------------------------------------------
 # ROCm's clang when ROCm is installed at /opt/rocm, else the offline toolchain that the packaged

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from codegen.errors import TilegenError
-from codegen.hardware import DType, Hardware, Target
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import DType, Hardware, Target
 
 COMPILE_TIMEOUT_S = 900
 

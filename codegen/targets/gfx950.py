@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import MappingProxyType
 
-from codegen.hardware import DType, Hardware, MmaShape, Target
+from codegen.core.hardware import DType, Hardware, MmaShape, Target
 from codegen.targets import amdgcn
 from codegen.targets.amdgcn import ROCM_ROOT, AmdToolchain
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from codegen.hardware import DType, Hardware, MmaShape, Target
+from codegen.core.hardware import DType, Hardware, MmaShape, Target
+from codegen.core.toolchain import ToolchainMissing, find_tilelang, run_version
 from codegen.targets.base import (
     Check,
     CompileError,
@@ -27,7 +28,6 @@ from codegen.targets.base import (
     vector_checked_symbols,
 )
 from codegen.targets.ptx_memory import PtxMemory, analyse_ptx, ptx_vector_warnings
-from codegen.toolchain import ToolchainMissing, find_tilelang, run_version
 
 HW = Hardware(
     target=Target.SM_90,

@@ -11,7 +11,8 @@ Where this is used, and why not in reports/static/sm_90.json: cuobjdump is on so
 others (not on the one these reports are built on), and the committed static report must be the same
 wherever it is rebuilt. So sm_90.json is always read from the PTX (`"source": "ptx"`), and the SASS is a
 separate, explicitly asked-for report: `tilegen sass NAME|--all [--out FILE]` (refused, with how to get
-cuobjdump, where it is missing), which records the nvcc it compiled with.
+cuobjdump, where it is missing), which records the nvcc it compiled with. This module only reads listings;
+the build stage builds the cubins it reads (codegen.build.sass.run_sass).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from codegen.errors import TilegenError
+from codegen.core.errors import TilegenError
+from codegen.core.toolchain import ToolchainMissing
 from codegen.targets.amdgcn_isa import majority_warning
-from codegen.toolchain import ToolchainMissing
 
 GET_CUOBJDUMP = ("cuobjdump not found next to nvcc or on PATH: it ships with the CUDA toolkit (the "
                  "cuda-cuobjdump package, or `pip install nvidia-cuda-cuobjdump`); put it on PATH")
@@ -139,50 +140,3 @@ def cuobjdump_sass(cuobjdump: str, cubin: Path) -> str:
         last = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()][-2:]
         raise TilegenError(f"cuobjdump -sass {cubin.name} failed (exit {proc.returncode}): {' | '.join(last)}")
     return proc.stdout
-
-
-@dataclass(frozen=True, kw_only=True)
-class SassBuild:
-    uri: str
-    shape: tuple[int, ...]
-    kernels: tuple[tuple[SassKernel, tuple[str, ...]], ...]  # each kernel with its [vector_loads] warnings
-
-    def to_json(self) -> dict[str, object]:
-        return {"uri": self.uri, "shape": list(self.shape),
-                "kernels": [k.to_json() | {"warnings": list(w)} for k, w in self.kernels]}
-
-
-def run_sass(project, names: list[str], all_: bool, *, cache_dir: Path | None = None, jobs: int | None = None,
-             cuobjdump: str | None = None) -> tuple[dict[str, object], list[SassBuild]]:
-    """Build the selected sm_90 kernels (cached) and read each cubin's SASS; the report document (toolchain,
-    cuobjdump, one entry per kernel and shape, no paths or times: the same wherever it is written with the
-    same nvcc) and the builds."""
-    from codegen.build import BuildOptions, build
-    from codegen.targets.base import vector_checked_symbols
-    from codegen.targets.sm90 import HW  # this module reads the sm_90 target's cubins: its record names it
-
-    opts = BuildOptions(names=tuple(names), all_=all_, targets=(HW.target,), jobs=jobs, cache_dir=cache_dir)
-    files = {f.uri: f for f in project.select(list(names), all_=all_, targets=[HW.target])}
-    if not files:
-        raise TilegenError("no sm_90 kernel selected")
-    from codegen.targets.sm90 import find_nvcc
-
-    nvcc = find_nvcc()
-    tool = cuobjdump or find_cuobjdump(str(nvcc) if nvcc else None)  # before building: a missing tool costs nothing
-    report = build(project, opts)
-    if report.failed:
-        raise TilegenError(f"{len(report.failed)} sm_90 build(s) failed: {report.failed[0].uri}: {report.failed[0].error}")
-    builds = []
-    for r in report.results:
-        entry = Path(r.entry) if Path(r.entry).is_absolute() else project.root / r.entry
-        inst = files[r.uri].instance
-        kernels = parse_sass(cuobjdump_sass(tool, entry / "kernel.cubin"))
-        checked = vector_checked_symbols(inst, [k.symbol for k in kernels])
-        rows = tuple((k, tuple(sass_vector_warnings(k, inst.global_load_bytes() if k.symbol in checked else None)))
-                     for k in kernels)
-        builds.append(SassBuild(uri=r.uri, shape=tuple(r.shape), kernels=rows))
-    builds.sort(key=lambda b: (b.uri, b.shape))
-    doc = {"target": HW.target.value, "source": "sass (cuobjdump -sass of the built cubins)",
-           "toolchain": report.toolchains.get(HW.target, {}),
-           "builds": [b.to_json() for b in builds]}
-    return doc, builds

@@ -65,9 +65,9 @@ except ImportError:  # run from a checkout without PYTHONPATH: the repository's 
 
 import torch
 
-from codegen.bench import Timing
 from codegen.ops import stats_table
 from codegen.ops.llama import KVCache, call_layer, patch_llama_layer
+from codegen.run.bench import Timing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -665,7 +665,7 @@ def _timing_table(rows: list[dict]) -> list[str]:
 
 
 def _write(report: dict, table: list[str], folder: Path) -> None:
-    from codegen.lockfile import device_slug
+    from codegen.generate.lockfile import device_slug
 
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder / f"llama_layer_{device_slug(report['device'])}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.attention.rules import (
     FA3_PRODUCER_THREADS,
     NAMED_BARRIERS,
@@ -21,8 +22,7 @@ from codegen.families.attention.rules import (
 from codegen.families.attention.spec import AttentionSchedule, AttentionSpec, AttentionVariant, CausalMask, VLayout
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import transposed_b_rows
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.spec import TailPolicy
+from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.attention.spec import AttentionSchedule, AttentionVariant, CausalMask
 from codegen.families.base import Numerics
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
-from codegen.spec import TailPolicy
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
+from codegen.families.spec import TailPolicy
 from codegen.targets import torch_dtype
 
 
@@ -352,7 +352,7 @@ def attention_chunks(inst, case: AttentionCase, max_elements: int):
     query rows, so that a chunk's score matrix (heads x rows x seq_kv fp32) is about max_elements
     elements (one K/V head's group and one row at least). The causal masks and the controls use the
     rows' positions in the whole sequence (q_offset, seq_q)."""
-    from codegen.verify import CheckChunk
+    from codegen.families.numerics import CheckChunk
 
     b, sq, h, _ = case.Q.shape
     skv, kvh = case.K.shape[1], case.K.shape[2]

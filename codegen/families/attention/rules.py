@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from codegen.core.hardware import DTYPE_BYTES, DType
 from codegen.families.attention.spec import (
     ATTENTION_HEAD_DIMS,
     AttentionSchedule,
@@ -20,9 +21,8 @@ from codegen.families.attention.spec import (
     VLayout,
 )
 from codegen.families.gemm.rules import transposed_b_rows
-from codegen.hardware import DTYPE_BYTES, DType
-from codegen.rules import TunedContext, Violation, target_only_value, threads_violations
-from codegen.spec import K_PACK, TailPolicy
+from codegen.families.rules import TunedContext, Violation, target_only_value, threads_violations
+from codegen.families.spec import K_PACK, TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 

@@ -17,8 +17,8 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt
 from pydantic_core import PydanticCustomError
 
-from codegen.hardware import Target
-from codegen.spec import (
+from codegen.core.hardware import Target
+from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
     Identifier,

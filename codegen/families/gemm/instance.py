@@ -6,6 +6,7 @@ import struct
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import b_eviction, gemv_vector, lds_bytes, shared_epilogue, transposed_b_rows
 from codegen.families.gemm.spec import (
@@ -20,8 +21,7 @@ from codegen.families.gemm.spec import (
     Structure,
     WarpPolicy,
 )
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.spec import TailPolicy
+from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics
 from codegen.families.gemm.rules import split_tiles
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
-from codegen.spec import TailPolicy
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk, compiled_once
+from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS, torch_dtype
 
 TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 of fp32's 23 mantissa bits: unit roundoff of round-to-nearest
@@ -501,8 +501,6 @@ def gemm_chunks(inst, case: GemmCase, max_elements: int):
     of B in fp32 fit it, then row blocks so that rows x K of A fit it), each from its rows of A and
     columns of B; dropped_k_tile touches the first block_m rows only (elsewhere it is the reference)."""
     import torch
-
-    from codegen.verify import CheckChunk
 
     k, m = case.A.shape if case.trans_a else case.A.shape[::-1]
     n = case.B.shape[0] if case.trans_b else case.B.shape[1]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from codegen.core.hardware import DTYPE_BYTES, DType
+from codegen.core.yamlsrc import format_path
 from codegen.families.gemm.spec import (
     B_EVICTION,
     EPILOGUE,
@@ -22,12 +24,10 @@ from codegen.families.gemm.spec import (
     Staging,
     Structure,
 )
-from codegen.hardware import DTYPE_BYTES, DType
-from codegen.rules import FieldPath, TunedContext, Violation, target_only_value, threads_violations
-from codegen.spec import K_PACK, TailPolicy
+from codegen.families.rules import FieldPath, TunedContext, Violation, target_only_value, threads_violations
+from codegen.families.spec import K_PACK, TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
-from codegen.yamlsrc import format_path
 
 GemmContext = TunedContext[GemmSpec, GemmTuning]
 
@@ -510,7 +510,7 @@ def dynamic_m(c: GemmContext) -> Iterator[Violation]:
     dynamic_m_search: no search block -- a lockfile picks a kernel per shape, and a dynamic-M spec is one kernel
     for every M. Its tail (predicated: the last row block is ragged for an arbitrary M) and the structures and grids
     it does not take are UNSUPPORTED_COMBINATIONS. The grid at M = max is rule grid_limit
-    (codegen.instance.grid_limit over GemmInstance.limit_shapes)."""
+    (codegen.generate.instance.grid_limit over GemmInstance.limit_shapes)."""
     r = c.spec.dynamic_m
     if r is None or blocked(c, "dynamic_m"):
         return

@@ -7,8 +7,8 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt
 
-from codegen.hardware import DType, Target
-from codegen.spec import (
+from codegen.core.hardware import DType, Target
+from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
     Identifier,

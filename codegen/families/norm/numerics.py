@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics, Output
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, compiled_once
 from codegen.families.rows import (
     RowTolerance,
     dropped_chunk_columns,
@@ -27,9 +29,7 @@ from codegen.families.rows import (
     row_workspace,
     split_kept_columns,
 )
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, compiled_once
-from codegen.spec import MIN_NORMAL_FP32
+from codegen.families.spec import MIN_NORMAL_FP32
 from codegen.targets import torch_dtype
 
 # mag of norm_reference per op, for reports (per_token: of the fp8 rows Q, in fp8 units)

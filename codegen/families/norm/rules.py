@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from codegen.core.hardware import DType
 from codegen.families.norm.spec import NormSpecBase, Quant
 from codegen.families.rows import RowContext, check_rows
-from codegen.hardware import DType
-from codegen.rules import Violation
+from codegen.families.rules import Violation
 from codegen.targets.base import TargetSpec
 
 

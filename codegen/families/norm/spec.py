@@ -7,9 +7,9 @@ from typing import Literal
 
 from pydantic import StrictBool
 
+from codegen.core.hardware import DType, Target
 from codegen.families.rows import ROW_TUNABLES, ROW_TYPES, RowSpecBase
-from codegen.hardware import DType, Target
-from codegen.spec import PositiveFp32, search_model
+from codegen.families.spec import PositiveFp32, search_model
 
 
 class NormVariant(StrEnum):

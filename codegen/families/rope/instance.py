@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
 from codegen.families.rope.spec import RopeSpec
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.spec import TailPolicy
+from codegen.families.spec import TailPolicy
 from codegen.targets.base import TargetSpec
 
 TABLE_DTYPE = DType.FP32  # cos and sin: fp32, as serving stacks keep them (FlashInfer's cos_sin_cache)

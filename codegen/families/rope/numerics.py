@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, CheckChunk, compiled_once
 from codegen.families.rows import RowTolerance
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, compiled_once
-from codegen.spec import TailPolicy
+from codegen.families.spec import TailPolicy
 from codegen.targets import torch_dtype
 
 TABLE_BYTES = 4  # cos and sin are fp32
@@ -166,14 +166,12 @@ def rope_controls(inst, case: RopeCase, ref) -> dict[str, object]:
 
 
 def rope_chunks(inst, case: RopeCase, max_elements: int):
-    """The chunked check (codegen.verify.judge_chunks): blocks of whole tokens, about max_elements output
+    """The chunked check (codegen.run.verify.judge_chunks): blocks of whole tokens, about max_elements output
     elements each (one token at least), each block once for its Q_out rows and once for its K_out rows of
     the output buffer. The fp32 copies of Q and K are made per block; the controls are rope_controls' own,
     computed per block (`k_not_rotated` is the reference on the Q rows; `next_token_tables` takes the next
     token's row across block boundaries and wraps at the last, as a roll over the whole table does)."""
     import torch
-
-    from codegen.verify import CheckChunk
 
     tokens, heads, d = case.Q.shape
     kv_heads = case.K.shape[1]

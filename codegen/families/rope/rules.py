@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from codegen.core.hardware import DType, Hardware
 from codegen.families.rope.spec import RopeShape, RopeSpec
-from codegen.hardware import DType, Hardware
-from codegen.rules import Violation, threads_violations
-from codegen.spec import TailPolicy
+from codegen.families.rules import Violation, threads_violations
+from codegen.families.spec import TailPolicy
 from codegen.targets.base import TargetSpec
 
 ROPE_TYPES = (DType.FP16, DType.BF16)

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from codegen.hardware import Target
-from codegen.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy
+from codegen.core.hardware import Target
+from codegen.families.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy
 
 
 class RopeShape(Model):

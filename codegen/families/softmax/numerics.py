@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics
+from codegen.families.numerics import compiled_once
 from codegen.families.rows import (
     RowCase,
     RowTolerance,
@@ -22,8 +24,6 @@ from codegen.families.rows import (
     row_tolerance,
     split_kept_columns,
 )
-from codegen.hardware import DTYPE_BYTES, DType, Target
-from codegen.numerics import compiled_once
 from codegen.targets import torch_dtype
 
 TOLERANCE_MODEL = "|ref|*(4*sqrt({n}) + 4*(1 + |x - max|))"  # mag of softmax_reference, for reports

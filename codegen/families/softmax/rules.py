@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from codegen.families.rows import check_rows
+from codegen.families.rules import Violation
 from codegen.families.softmax.spec import SoftmaxSpec
-from codegen.rules import Violation
 from codegen.targets.base import TargetSpec
 
 

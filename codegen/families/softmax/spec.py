@@ -6,9 +6,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
+from codegen.core.hardware import Target
 from codegen.families.rows import ROW_TUNABLES, RowSpecBase
-from codegen.hardware import Target
-from codegen.spec import NormalFp32, search_model
+from codegen.families.spec import NormalFp32, search_model
 
 
 class SoftmaxVariant(StrEnum):

@@ -1,0 +1,192 @@
+"""`tilegen tune --all`: every spec with a `search:` block, tuned on the GPU present under one time budget.
+
+Resumable: a spec whose every searched shape already has a fresh entry in this device's lockfile is skipped
+(`fresh`), and each spec's entries are written to the lockfile as soon as it is tuned, so a run cut short by its
+budget, a session's end or Ctrl-C keeps what it measured and the next run goes on from the first spec still
+without entries. The order is the spec set's (files sorted, specs in file order): deterministic.
+
+The budget is one figure for the whole run. A spec is started only while budget is left, and gets what is left
+for its measured rounds (codegen.tune.measure: at least one round is always measured once a spec is started);
+the specs not started are listed as `not reached`. The summary is one row per (spec, target).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from codegen.core.columns import Column
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import Target
+from codegen.generate.lockfile import check_lockfiles, fam_shapes, gpu_versions, local_versions, lock_path
+from codegen.spec.load import LoadedSpec
+
+FRESH, TUNED, NOT_REACHED, FAILED = "fresh", "tuned", "not reached", "failed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneAllRow:
+    """One (spec, target) of `tune --all`."""
+
+    spec: str
+    target: Target
+    status: str  # FRESH | TUNED | NOT_REACHED | FAILED
+    shapes: int  # searched shapes of the spec
+    seconds: float = 0.0
+    speedup_vs_hand: float | None = None  # geometric mean over the shapes of the winner's speed-up on the hand kernel
+    vs_best_torch: float | None = None  # the same against the fastest torch baseline timed in the same run
+    best_torch: str = ""  # which baselines those were (eager = cuBLAS for GEMM; sdpa_cudnn; compile ...)
+    note: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {"spec": self.spec, "target": self.target.value, "status": self.status, "shapes": self.shapes,
+                "seconds": self.seconds, "speedup_vs_hand": self.speedup_vs_hand,
+                "vs_best_torch": self.vs_best_torch, "best_torch": self.best_torch, "note": self.note}
+
+
+TUNE_ALL_COLUMNS: tuple[Column, ...] = (
+    Column(header="spec", value=lambda r: r.spec),
+    Column(header="target", value=lambda r: r.target.value),
+    Column(header="status", value=lambda r: r.status),
+    Column(header="shapes", value=lambda r: r.shapes, justify="right"),
+    Column(header="s", value=lambda r: r.seconds, fmt=lambda v: f"{v:.0f}" if v else "", justify="right"),
+    Column(header="vs hand", value=lambda r: r.speedup_vs_hand, fmt=lambda v: "" if v is None else f"{v:.3f}x",
+           justify="right"),
+    Column(header="vs best torch", value=lambda r: r.vs_best_torch, fmt=lambda v: "" if v is None else f"{v:.3f}x",
+           justify="right"),
+    Column(header="best torch", value=lambda r: r.best_torch),
+    Column(header="note", value=lambda r: r.note),
+)
+
+
+def searched(loaded: list[LoadedSpec], target: Target) -> list[LoadedSpec]:
+    """The specs with a `search:` block for `target`, in the spec set's order."""
+    return [ls for ls in loaded if target in getattr(ls.spec, "search", {}) and target in ls.spec.targets]
+
+
+def to_tune(root, loaded: list[LoadedSpec], target: Target, device: str, device_versions: dict[str, str]) -> set[str]:
+    """Names of the searched specs that have a shape without a fresh entry in `device`'s lockfile for `target`
+    (a miss, or a stale entry: spec, code or versions changed). Without a lockfile for `device`, every one."""
+    wanted = {ls.spec.name for ls in searched(loaded, target)}
+    mine = lock_path(root, target, device)
+    if not mine.is_file():
+        return wanted
+    report = check_lockfiles(root, loaded, local_versions(), [target], device_versions=(device, device_versions))
+    shown = mine.relative_to(root).as_posix()  # another device's lockfile says nothing of this one
+    return {f.spec for f in (*report.stale, *report.misses) if f.spec in wanted and f.file == shown}
+
+
+def _geomean(values: list[float]) -> float | None:
+    import math
+
+    values = [v for v in values if v]
+    return round(math.exp(sum(map(math.log, values)) / len(values)), 4) if values else None
+
+
+def _speedups(doc: dict | None) -> tuple[float | None, float | None, str]:
+    """(vs hand, vs the fastest torch baseline, which baselines were fastest) of a measured document: geometric
+    means over its shapes of the winner's speed-ups (each shape's fastest baseline: the smallest speed-up)."""
+    if not doc:
+        return None, None, ""
+    hand = [s["speedup_vs_hand"] for s in doc["shapes"] if s.get("speedup_vs_hand")]
+    best, names = [], []
+    for s in doc["shapes"]:
+        base = s.get("speedup_vs_baselines", {})
+        if base:
+            name = min(base, key=lambda k: (base[k], k))
+            best.append(base[name])
+            names.append(name)
+    return _geomean(hand), _geomean(best), ", ".join(sorted(set(names)))
+
+
+def tune_all(project, targets: list[Target] | None, *, budget_s: float, tune_one, device: str,
+             device_versions: dict[str, str], run_target: Target, loaded: list[LoadedSpec],
+             clock=time.monotonic) -> list[TuneAllRow]:
+    """Tune every searched spec of `run_target` (the GPU present's target; `targets` may only narrow to it) that has
+    a shape without a fresh entry, in order, while budget is left. `tune_one(name, target, budget_s)` tunes one spec
+    and returns its TuneResult (the lockfile written); a TilegenError of one spec is that row's `failed` and the run
+    goes on."""
+    if targets and run_target not in targets:
+        raise TilegenError(f"this GPU runs {run_target.value} kernels: --target {', '.join(t.value for t in targets)} "
+                           "cannot be measured here")
+    start = clock()
+    pending = to_tune(project.root, loaded, run_target, device, device_versions)
+    rows: list[TuneAllRow] = []
+    for ls in searched(loaded, run_target):
+        name, shapes = ls.spec.name, len(fam_shapes(ls))
+        if name not in pending:
+            rows.append(TuneAllRow(spec=name, target=run_target, status=FRESH, shapes=shapes,
+                                   note=f"every shape has a fresh entry for {device}"))
+            continue
+        left = budget_s - (clock() - start)
+        if left <= 0:
+            rows.append(TuneAllRow(spec=name, target=run_target, status=NOT_REACHED, shapes=shapes,
+                                   note="the budget was spent: run `tilegen tune --all` again to go on"))
+            continue
+        t0 = clock()
+        try:
+            result = tune_one(name, run_target, left)
+        except TilegenError as exc:
+            rows.append(TuneAllRow(spec=name, target=run_target, status=FAILED, shapes=shapes,
+                                   seconds=round(clock() - t0, 1), note=str(exc).splitlines()[0]))
+            continue
+        hand, best, which = _speedups(result.measured)
+        rows.append(TuneAllRow(spec=name, target=run_target, status=TUNED, shapes=shapes,
+                               seconds=round(clock() - t0, 1), speedup_vs_hand=hand, vs_best_torch=best,
+                               best_torch=which))
+    return rows
+
+
+def write_summary(root, target: Target, device: str, rows: list[TuneAllRow], budget_s: float, wall_s: float):
+    """reports/tune/all_<target>.{json,md}: the summary of the latest `tune --all` on this target."""
+    import json
+
+    from codegen.core.columns import markdown_table
+    from codegen.core.files import write_text_atomic
+
+    folder = root / "reports" / "tune"
+    doc = {"command": "tilegen tune --all", "device": device, "target": target.value, "budget_s": budget_s,
+           "wall_s": round(wall_s, 1), "rows": [r.to_json() for r in rows]}
+    md = [f"# tilegen tune --all on {device} ({target.value})", "",
+          (f"Budget {budget_s:.0f} s, wall {wall_s:.0f} s. Speed-ups are geometric means over each spec's shapes, "
+          "measured in one run beside the hand kernel and the torch baselines (L2 flushed)."), "",
+          *markdown_table(TUNE_ALL_COLUMNS, rows), ""]
+    paths = (folder / f"all_{target.value}.json", folder / f"all_{target.value}.md")
+    write_text_atomic(paths[0], json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(paths[1], "\n".join(md))
+    return paths
+
+
+def run_tune_all(project, targets: list[Target] | None, *, budget: str, opts, timeout_s: float, out, err,
+                 gpus: int | None = None) -> list[TuneAllRow]:
+    """`tilegen tune --all`: detect the GPU, tune what is not fresh under one budget, show and write the summary."""
+    from codegen.cli.console import full_width, rich_table
+    from codegen.cli.tune import _loaded, run_tune
+    from codegen.run.gpu import NoGpu, detect_gpu
+    from codegen.tune.measure import parse_budget
+
+    budget_s = parse_budget(budget)
+    try:
+        gpu = detect_gpu().using(gpus)
+    except NoGpu as exc:
+        raise TilegenError(f"tune --all measures on a GPU ({exc}); `tilegen tune NAME --static` runs the stages "
+                           "that need none") from None
+    except ValueError as exc:
+        raise TilegenError(str(exc)) from None
+    loaded = _loaded(project)
+    device, versions = gpu.name, gpu_versions(gpu)
+
+    def tune_one(name: str, target: Target, left_s: float):
+        (result,) = run_tune(project, name, [target], static=False, budget=f"{max(left_s, 1.0):.0f}s", opts=opts,
+                             timeout_s=timeout_s, out=out, err=err, gpus=gpus)
+        return result
+
+    t0 = time.monotonic()
+    rows = tune_all(project, targets, budget_s=budget_s, tune_one=tune_one, device=device, device_versions=versions,
+                    run_target=gpu.run_target, loaded=loaded)
+    wall = time.monotonic() - t0
+    full_width(out).print(rich_table(f"tune --all on {device} ({gpu.run_target.value}), budget {budget_s:.0f} s, "
+                                     f"{wall:.0f} s", TUNE_ALL_COLUMNS, rows))
+    for p in write_summary(project.root, gpu.run_target, device, rows, budget_s, wall):
+        err.print(f"wrote {p.relative_to(project.root)}", markup=False)
+    return rows

@@ -1,0 +1,235 @@
+"""What every family's spec model is made of: the pydantic base, identifiers, tail policy, pipeline and
+dtype pairs, and the per-target resolution of tunables. Each family's own model lives in its folder
+(`codegen/families/<family>/spec.py`); the registry (`codegen.families`) maps `op:` to it.
+
+Rules that need a target (hardware limits) live in each family's rules; a spec model only checks what
+a single field or a spec on its own can be wrong about.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar, get_args
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic_core import PydanticCustomError
+
+from codegen.core.hardware import DType, Target
+from codegen.targets import TARGETS
+
+Tm = TypeVar("Tm", bound=BaseModel)
+
+# Ceilings on what one spec (or the spec set) may ask for; over one is a one-line error naming the rule.
+MAX_INT32 = 2**31 - 1  # every size and count (shapes, tiles, threads, unroll): TileLang shapes are int32 [int32]
+MAX_SHAPES = 256  # shapes per spec [too_long]
+MAX_INSTANCES = 1024  # kernel instances (spec entries x targets) in one spec set [instance_limit]
+# points of one search space `tilegen tune` expands by default (`--max-points` raises it) [search_points]. Each
+# goes through the family's rules and, when legal and new, is rendered (100-1,700 points a second measured on one
+# core: seconds for 512), then is built for real at every shape (4-15 s a build on one core): 512 points all legal
+# and distinct are about 2-8 minutes of builds a shape on 16 cores (docs/limits.md). The committed spaces have at
+# most 192 points.
+MAX_POINTS = 512
+# eps and softmax_scale become fp32 literals of the kernel: each must be a normal fp32 [fp32_range] -- a value
+# below the smallest normal one is a subnormal (flushed to zero by the GPU's fp32 arithmetic) or rounds to 0
+MAX_FP32 = 3.4028234663852886e38  # the largest fp32
+MIN_NORMAL_FP32 = 1.1754943508222875e-38  # the smallest normal fp32, 2**-126
+
+
+def _int32(value: int) -> int:
+    if value > MAX_INT32:
+        raise PydanticCustomError("int32", f"must be at most {MAX_INT32} (2**31 - 1): TileLang sizes are int32")
+    return value
+
+
+def _fp32(value: float) -> float:
+    if not MIN_NORMAL_FP32 <= abs(value) <= MAX_FP32:
+        raise PydanticCustomError("fp32_range", f"must be a normal fp32, from {MIN_NORMAL_FP32:.7g} to {MAX_FP32:.7g}: "
+                                  "the kernel computes with it in fp32")
+    return value
+
+
+PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
+NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
+# a number > 0 that is finite (inf and nan are refused [finite_number]) and a normal fp32 [fp32_range]
+PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]
+# a finite normal fp32 number of either sign (0, subnormals, inf and nan refused) [finite_number, fp32_range]
+NormalFp32 = Annotated[StrictFloat, Field(allow_inf_nan=False), AfterValidator(_fp32)]
+# verify's tolerance multiplier (docs/verification.md); < 1 tightens, > 1 loosens
+ToleranceScale = Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)]
+
+NAME_PATTERN = r"^[a-z][a-z0-9_]{0,47}$"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a kernel, or None. A kernel name becomes a file name, a Python
+    identifier and a kernel symbol, so only lower-case identifiers that are not keywords will do."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        return "must be a lower-case identifier: a letter, then letters, digits or '_' (at most 48 characters)"
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        return "is a Python keyword"
+    return None
+
+
+def _check_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem:
+        raise PydanticCustomError("identifier", problem)
+    return name
+
+
+Identifier = Annotated[str, AfterValidator(_check_name)]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TailPolicy(StrEnum):
+    NONE = "none"  # every shape must be a multiple of the block
+    PREDICATED = "predicated"  # one kernel, bounds-checked loads/stores
+    SPECIALIZED = "specialized"  # unchecked interior kernel + separate bounds-checked edge kernels
+
+
+class Pipeline(Model):
+    # K-loop stages: 0 or 1 = one LDS buffer, no overlap; N >= 2 = N LDS buffers, loads of tile k+N-1
+    # overlap the MMA of tile k. On gfx942 tilegen emits explicit order/stage lists (TileLang 0.1.15
+    # ignores num_stages there); on sm_90 TileLang schedules num_stages itself.
+    stages: Annotated[StrictInt, Field(ge=0, le=4)] = 2
+
+
+class RowDTypes(Model):
+    """An input dtype, an output dtype and the accumulator (row-wise families and attention)."""
+
+    input: DType
+    out: DType
+    accumulate: DType = DType.FP32
+
+
+def resolve_tuning(spec: BaseModel, tuning: type[Tm], target: Target) -> tuple[Tm, dict[str, tuple[str, ...]]]:
+    """The effective tunables of `spec` for `target` (each field of the `tuning` model, replaced by
+    `overrides.<target>.<field>` where set) and, per field, the spec path it came from."""
+    override = spec.overrides.get(target)
+    values: dict[str, object] = {}
+    origin: dict[str, tuple[str, ...]] = {}
+    for field_name in tuning.model_fields:
+        replaced = getattr(override, field_name) if override is not None else None
+        values[field_name] = replaced if replaced is not None else getattr(spec, field_name)
+        origin[field_name] = ("overrides", target.value, field_name) if replaced is not None else (field_name,)
+    return tuning(**values), origin
+
+
+# ---- search spaces (`tilegen tune`) ------------------------------------------------------------------
+# A spec's `search.<target>` block lists values for its family's tunables; `tilegen gen` ignores it (it
+# generates the hand configuration only). The search model is built from the spec model itself, so each
+# value is validated by the same field type as the tunable (`tiling.block_m` by Tiling.block_m).
+
+
+def _distinct(values: list) -> list:
+    if not values:
+        raise PydanticCustomError("empty_search", "an empty list of values: give at least one, or leave the tunable out")
+    for i, v in enumerate(values):
+        if v in values[:i]:
+            raise PydanticCustomError("duplicate_value", f"value {v!r} is listed twice")
+    return values
+
+
+def _values_of(info) -> object:
+    """`list[<the tunable's own type>]`, non-empty and without repeats, optional."""
+    item = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    return Annotated[list[item], AfterValidator(_distinct)] | None
+
+
+def search_model(name: str, source: type[BaseModel], tunables: tuple[str, ...]) -> type[BaseModel]:
+    """The model of one target's search block over `source`'s `tunables` ("unroll", "tiling.block_m"): a
+    field per tunable holding a list of its values, nested tunables under a model of their own
+    (`tiling: {block_m: [64, 128]}`). Unknown keys are refused like any spec key [unknown_key]."""
+    from pydantic import create_model
+
+    groups: dict[str, list[str]] = {}
+    for path in tunables:
+        head, _, leaf = path.partition(".")
+        groups.setdefault(head, [])
+        if leaf:
+            groups[head].append(leaf)
+    fields: dict[str, tuple] = {}
+    for head, leaves in groups.items():
+        info = source.model_fields[head]
+        if not leaves:
+            fields[head] = (_values_of(info), None)
+            continue
+        inner: type[BaseModel] = next(a for a in (info.annotation, *get_args(info.annotation))
+                                      if isinstance(a, type) and issubclass(a, BaseModel))
+        sub = create_model(f"{name}{head.title()}", __base__=Model,
+                           **{leaf: (_values_of(inner.model_fields[leaf]), None) for leaf in leaves})
+        fields[head] = (sub | None, None)
+    return create_model(name, __base__=Model, **fields)
+
+
+def search_values(block: BaseModel) -> list[tuple[str, list]]:
+    """(tunable path, values) of a search block, in the model's field order; tunables left out are absent."""
+    out: list[tuple[str, list]] = []
+    for head in type(block).model_fields:
+        value = getattr(block, head)
+        if value is None:
+            continue
+        if isinstance(value, BaseModel):
+            out.extend((f"{head}.{leaf}", getattr(value, leaf)) for leaf in type(value).model_fields
+                       if getattr(value, leaf) is not None)
+        else:
+            out.append((head, value))
+    return out
+
+
+Values = tuple[tuple[str, object], ...]  # (tunable path, value) of one point, in the search block's order
+
+
+def hand_spec(spec: BaseModel, target: Target) -> BaseModel:
+    """The spec's hand configuration for one target, as a spec of that target alone: its overrides folded
+    into the top-level tunables (the same values `tuning_for` resolves), no search block."""
+    update: dict[str, object] = {"targets": [target], "search": {}}
+    if hasattr(spec, "tuning_for"):
+        tuning, _ = spec.tuning_for(target)
+        update |= {f: getattr(tuning, f) for f in type(tuning).model_fields} | {"overrides": {}}
+        # a top-level value this target does not take (the spec's TARGET_ONLY: k_pack, lds_layout on sm_90, which
+        # the AMD targets of the spec take; b_eviction, epilogue on the AMD targets) would be refused in a spec of
+        # this target alone; the target's kernel is the same without it
+        for only in getattr(type(spec), "TARGET_ONLY", ()):
+            if only.name in update and not only.takes(TARGETS[target], update[only.name]):
+                update[only.name] = only.default
+    return spec.model_copy(update=update)
+
+
+def apply_point(base: BaseModel, values: Values) -> BaseModel:
+    """`base` with each tunable of `values` replaced; nested tunables ("tiling.block_m") replace a field of
+    the nested model. Every value was validated by the tunable's own field type in the search block."""
+    update: dict[str, object] = {}
+    nested: dict[str, dict[str, object]] = {}
+    for path, value in values:
+        head, _, leaf = path.partition(".")
+        if leaf:
+            nested.setdefault(head, {})[leaf] = value
+        else:
+            update[head] = value
+    for head, sub in nested.items():
+        update[head] = getattr(base, head).model_copy(update=sub)
+    return base.model_copy(update=update)
+
+
+@dataclass(frozen=True)
+class TargetOnly:
+    """A tunable only some targets take: `takes(target_spec, value)` says whether a target's kernel takes the
+    value; the other targets keep `default`. One record serves the rule that refuses asking it of such a
+    target (codegen.families.rules.target_only_value) and `tilegen tune`'s per-target hand configuration. A spec model
+    lists its own in TARGET_ONLY."""
+
+    name: str
+    default: object
+    takes: Callable[[Any, object], bool]
+
+
+# an argument of TileLang's ROCm gemm only (TargetSpec.supports_k_pack): GEMM and attention
+K_PACK = TargetOnly("k_pack", 1, lambda t, v: v == 1 or t.supports_k_pack)

@@ -1,0 +1,133 @@
+"""The library entry points the CLI calls: spec paths -> instances -> rendered files -> lowered source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path, PurePosixPath
+
+from codegen.core.errors import TilegenError
+from codegen.core.hardware import Target
+from codegen.generate.instance import KernelInstance, build_instances
+from codegen.generate.lower import LoweredKernel, lower
+from codegen.generate.render import (
+    WORKLOADS_FILE,
+    CheckResult,
+    GenResult,
+    RenderedFile,
+    check_files,
+    render_all,
+    target_dirs,
+    write_files,
+)
+from codegen.spec.load import load_spec_files
+from codegen.spec.project import ProjectConfig, confined, find_project_root, read_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    """The project tilegen works on (codegen.spec.project): specs, generated/, reports/ and caches under `root`."""
+
+    root: Path = field(default_factory=lambda: find_project_root(Path.cwd()))
+
+    @cached_property
+    def config(self) -> ProjectConfig:
+        return read_config(self.root)
+
+    def path(self, relative: str | PurePosixPath) -> Path:
+        """A path of the project that tilegen reads or writes on its own, refused [outside_project] when a
+        symlink takes it out of the project (codegen.spec.project.confined)."""
+        return confined(self.root, self.root / relative, PurePosixPath(relative).as_posix())
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.path("reports")
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.path(".cache")
+
+    def spec_paths(self, paths: list[Path] | None) -> list[Path]:
+        """`paths` as given, or the config's spec paths (each inside the project)."""
+        return list(paths) if paths else [self.path(p) for p in self.config.specs]
+
+    def _confine_outputs(self, files: list[RenderedFile], prune_dirs: set[PurePosixPath], index: bool) -> None:
+        """Every file gen writes or compares, and every folder it prunes, stays inside the project."""
+        for rel in sorted({f.path for f in files} | prune_dirs | ({WORKLOADS_FILE} if index else set())):
+            self.path(rel)
+
+    def instances(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[KernelInstance]:
+        loaded = load_spec_files(self.spec_paths(paths), self.root)
+        return build_instances(loaded, targets)
+
+    def rendered(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[RenderedFile]:
+        """Every kernel of the spec set: the hand configurations, and the configurations the committed
+        lockfiles (tuned/<target>/<device>.json) chose for some shapes."""
+        return self._tuned(paths, targets)[0]
+
+    def _tuned(self, paths, targets):
+        from codegen.generate.lockfile import tuned_instances
+
+        loaded = load_spec_files(self.spec_paths(paths), self.root)
+        instances = build_instances(loaded, targets)
+        tuned, report = tuned_instances(self.root, loaded, targets)
+        return render_all(instances, tuned), report
+
+    def tuning_lines(self, files: list[RenderedFile], report) -> tuple[str, ...]:
+        """What gen says of tuning: each shape served by a tuned configuration (and from which lockfile), each
+        searched shape the hand configuration serves because no entry answers for it, and entries not used."""
+        lines = []
+        for f in files:
+            for ref in f.specs:
+                if ref.tuned_on:
+                    lines += [f"{ref.name} {'x'.join(map(str, s))} on {f.instance.target.value}: tuned on {ref.tuned_on} "
+                              f"-> {f.uri}" for s in ref.shapes]
+        lines += [f"{m.spec} {'x'.join(map(str, m.shape))}: hand configuration ({m.file}: {m.reason})" for m in report.misses]
+        # an entry of a spec outside the files asked for (`gen PATHS`) is not stale, only not looked at here
+        asked = {ref.name for f in files for ref in f.specs}
+        lines += [f"{m.line()}: not used, the hand configuration serves it" for m in report.stale if m.spec in asked]
+        lines += [f"{line}: none of its entries is used; the hand configurations serve its shapes"
+                  for line in report.invalid]
+        return tuple(sorted(lines))
+
+    def _prune_dirs(self, paths, targets) -> set[PurePosixPath]:
+        # Stale files are only pruned/reported when the whole default spec set is generated.
+        if paths:
+            return set()
+        return target_dirs(targets or list(Target))
+
+    def generate(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> GenResult:
+        files, report = self._tuned(paths, targets)
+        prune, index = self._prune_dirs(paths, targets), not paths and not targets
+        self._confine_outputs(files, prune, index)
+        result = write_files(files, self.root, prune_dirs=prune, index=index)
+        return replace(result, tuning=self.tuning_lines(files, report))
+
+    def check(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> CheckResult:
+        files = self.rendered(paths, targets)
+        prune, index = self._prune_dirs(paths, targets), not paths and not targets
+        self._confine_outputs(files, prune, index)
+        return check_files(files, self.root, prune_dirs=prune, index=index)
+
+    def select(self, names: list[str], *, all_: bool, targets: list[Target] | None) -> list[RenderedFile]:
+        """Rendered files of the named kernels (kernel URI: every shape of it; spec name: the kernels that spec
+        asked for, with its shapes only), or of all of them."""
+        files = self.rendered(None, targets)
+        if all_:
+            return files
+        if not names:
+            raise TilegenError("name a kernel (spec name or URI) or pass --all")
+        chosen = []
+        for n in names:
+            hits = [f for f in files if f.uri == n] or [f.for_spec(n) for f in files if n in f.names]
+            if not hits:
+                raise TilegenError(f"no kernel named '{n}' (see `tilegen list`)")
+            chosen.extend(hits)
+        return chosen
+
+    def lower(self, files: list[RenderedFile], *, all_shapes: bool = True) -> list[LoweredKernel]:
+        out = []
+        for f in files:
+            shapes = f.instance.compile_shapes()  # a dynamic-M kernel: lowered once, at ('m', n, k)
+            out.extend(lower(f, s, f.instance.target) for s in (shapes if all_shapes else shapes[:1]))
+        return out

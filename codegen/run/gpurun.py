@@ -1,0 +1,365 @@
+"""verify and bench over many instances: plan the cases, compile them in parallel, run each in a
+contained worker, collect results that are valid JSON even when cases fail."""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+from codegen.core.events import Event, OnEvent, ignore
+from codegen.core.workers import end_processes
+from codegen.families import derived_shapes
+from codegen.generate.render import RenderedFile
+from codegen.run.bench import BenchRow, bench_case, flush_bytes, measure_copy_gbps
+from codegen.run.gpu import ContainedRunner, GpuInfo, precompile, unsupported_on
+from codegen.run.verify import CaseResult, verify_case
+
+DEFAULT_TIMEOUT_S = 300.0
+# verify's workers on each GPU: a case is mostly the checker's small torch launches and Python, so one
+# worker leaves the GPU idle most of the time; several share it. Only verify: bench times one case at a time.
+VERIFY_WORKERS_PER_GPU = 3
+
+
+def plan(files: list[RenderedFile], gpu: GpuInfo, *, derived: bool, native_only: bool):
+    """(runnable (file, shape) pairs, skipped [(file, reason)])."""
+    jobs, skipped = [], []
+    for f in files:
+        if native_only and f.instance.target != gpu.run_target:
+            skipped.append((f, f"{f.instance.target} kernel: its speed can only be measured on a {f.instance.target} GPU"))
+            continue
+        reason = unsupported_on(f, gpu.run_target)
+        if reason:
+            skipped.append((f, reason))
+            continue
+        shapes = list(f.instance.shapes) + (derived_shapes(f.instance) if derived else [])
+        seen = []
+        for s in shapes:
+            if s not in seen:
+                seen.append(s)
+        jobs.extend((f, s) for s in seen)
+    return jobs, skipped
+
+
+class _CompileFeed:
+    """Compiles `work` into TileLang's cache in a background thread (codegen.run.gpu.precompile's process pool)
+    and hands out each item's index as soon as its compile ended, so the GPU workers run cases while the CPUs
+    still compile the rest. `errors` maps (uri, shape) to the compile error of the items that failed."""
+
+    def __init__(self, work, run_target, *, workers: int):
+        self.total = len(work)
+        self.compiled = 0  # read by the main thread for the progress bar
+        self.errors: dict[tuple[str, tuple], str] = {}
+        self._ready: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._pool: list = []  # the compile WorkerPool, once precompile made it (stop() ends its workers)
+        self._thread = threading.Thread(target=self._compile, args=(work, run_target, workers), daemon=True,
+                                        name="compile")
+        self._thread.start()
+
+    def _compile(self, work, run_target, workers: int) -> None:
+        delivered: set[int] = set()
+
+        def one(i: int, error: str) -> None:
+            if self._stop.is_set():
+                raise _Stopped  # leaves precompile's pool by an exception: its workers are ended
+            if error:
+                f, s = work[i]
+                self.errors[(f.uri, tuple(s))] = error
+            self.compiled += 1
+            delivered.add(i)
+            self._ready.put(i)
+
+        try:
+            precompile(work, run_target, workers=workers, on_result=one, on_pool=self._pool.append)
+        except _Stopped:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - the items not compiled fail with it; the run goes on
+            for i, (f, s) in enumerate(work):
+                if i not in delivered:
+                    self.errors[(f.uri, tuple(s))] = f"compile stage failed: {type(exc).__name__}: {exc}"
+                    self.compiled += 1
+                    self._ready.put(i)
+        finally:
+            self._ready.put(None)
+
+    def next(self) -> int | None:
+        """The index of the next compiled item (blocking), None when every item was handed out."""
+        i = self._ready.get()
+        if i is None:
+            self._ready.put(None)  # for the other workers
+        return i
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def stop(self) -> None:
+        """Ends the compile stage (at its next finished compile) and wakes every worker waiting for an item."""
+        self._stop.set()
+        self._ready.put(None)
+        for pool in self._pool:  # a compile that never ends must not keep the thread, or its worker, alive
+            pool.terminate()
+        self._thread.join(timeout=5.0)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, on_event: OnEvent,
+                    setup=None, ray: str | None = None, workers_per_gpu: int = 1):
+    """Compile every (file, shape) of `work` in parallel into TileLang's cache and, as each compile ends, call
+    fn(file, shape, run_target, *extra) for it in a contained worker, where extra = setup(runner) (run once
+    in each worker before its cases; () without setup). One worker per GPU, or `workers_per_gpu` sharing each
+    GPU (verify: correctness only; never for timing). Yields (file, shape, value, error) in `work`'s order:
+    exactly one of value and error is None. Progress: a "compile" stage and a `label` stage, side by side."""
+    total = len(work)
+    on_event(Event(stage="compile", kind="start", done=0, total=total, label="compile"))
+    feed = _CompileFeed(work, gpu.run_target, workers=jobs or os.cpu_count() or 1)
+    shown = 0
+
+    def compile_progress() -> None:  # called from this (the main) thread only: the console is not shared
+        nonlocal shown
+        if feed.compiled != shown:
+            shown = feed.compiled
+            on_event(Event(stage="compile", kind="advance", done=shown, total=total))
+
+    try:
+        on_event(Event(stage=label, kind="start", done=0, total=total, label=label))
+        if ray is not None:
+            feed.wait()  # a Ray node may not share this machine's cache: compile everything first
+            compile_progress()
+            runs = _ray_runs(work, gpu, ray, feed.errors, fn=fn, timeout_s=timeout_s, setup=setup)
+        else:
+            envs = [{gpu.visible_devices_env: d} for d in gpu.devices for _ in range(max(1, workers_per_gpu))]
+            runs = _parallel_runs(work, gpu, envs, feed, fn=fn, timeout_s=timeout_s, setup=setup,
+                                  tick=compile_progress)
+        for n, (f, shape, value, error) in enumerate(runs, 1):
+            compile_progress()
+            yield f, shape, value, error
+            on_event(Event(stage=label, kind="advance", done=n, total=total,
+                           label=f"{f.uri} {'x'.join(map(str, shape))}", status="error" if error else None,
+                           error=error))
+        compile_progress()
+    finally:
+        feed.stop()
+
+
+def _one_case(runner: ContainedRunner, f, shape, gpu: GpuInfo, compile_errors: dict, fn, extra: tuple):
+    error = compile_errors.get((f.uri, tuple(shape)))
+    value = None
+    if error is None:
+        ok, value, _ = runner.call(fn, f, shape, gpu.run_target, *extra)
+        if not ok:
+            value, error = None, value
+    return f, shape, value, error
+
+
+RAY_GPUS_PER_CASE = 1.0  # a verify/bench case on a Ray cluster holds one GPU (tests on a CPU cluster set 0)
+
+
+def _ray_runs(work, gpu: GpuInfo, address: str, compile_errors, *, fn, timeout_s, setup):
+    """Every case a Ray task holding one GPU of the cluster (codegen.core.raypool); results in `work`'s order. The
+    kernels were compiled into TileLang's cache above; a node that does not share it compiles again."""
+    from codegen.core.raypool import RayPool, star
+
+    with RayPool(address, num_cpus=1, num_gpus=RAY_GPUS_PER_CASE, timeout_s=timeout_s) as pool:
+        extra = setup(pool) if setup else ()
+        todo = [(i, f, s) for i, (f, s) in enumerate(work) if (f.uri, tuple(s)) not in compile_errors]
+        done = {i: (f, s, None, compile_errors[(f.uri, tuple(s))]) for i, (f, s) in enumerate(work)
+                if (f.uri, tuple(s)) in compile_errors}
+        args = [(fn, (f, s, gpu.run_target, *extra)) for _, f, s in todo]
+        for k, outcome in pool.imap_unordered(star, args):
+            i, f, s = todo[k]
+            done[i] = (f, s, outcome.value, None) if outcome.ok else (f, s, None, outcome.error)
+    for i in range(len(work)):
+        yield done[i]
+
+
+def _parallel_runs(work, gpu: GpuInfo, envs, feed: _CompileFeed, *, fn, timeout_s, setup, tick=lambda: None):
+    """One contained worker per entry of `envs` (its visible-devices variable: one GPU each, or several
+    workers sharing one), each fed by a thread of its own with the items `feed` has compiled; results come back
+    in `work`'s order, so reports do not depend on which worker ran which case. A Ctrl-C (in this, the main
+    thread) ends every worker process. `tick` is called while waiting (the compile stage's progress)."""
+    done: dict[int, tuple] = {}
+    failure: list[BaseException] = []
+    cond = threading.Condition()
+    runners = [ContainedRunner(timeout_s, env) for env in envs]
+    stopping = threading.Event()
+
+    def serve(runner: ContainedRunner) -> None:
+        try:
+            extra = setup(runner) if setup else ()
+            while not stopping.is_set():
+                n = feed.next()
+                if n is None:
+                    return
+                f, shape = work[n]
+                result = _one_case(runner, f, shape, gpu, feed.errors, fn, extra)
+                with cond:
+                    done[n] = result
+                    cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            with cond:
+                failure.append(exc)
+                cond.notify_all()
+
+    names = [f"worker-{i}-{next(iter(e.values()))}" for i, e in enumerate(envs)]
+    threads = [threading.Thread(target=serve, args=(r,), daemon=True, name=name) for r, name in zip(runners, names)]
+    try:
+        for t in threads:
+            t.start()
+        for n in range(len(work)):
+            with cond:
+                while n not in done and not failure:
+                    cond.wait(0.5)
+                    tick()
+                if n not in done:
+                    raise failure[0]
+                result = done.pop(n)
+            yield result
+    except BaseException:
+        stopping.set()
+        feed.stop()
+        end_processes([r.process for r in runners if r.process is not None])
+        raise
+    finally:
+        stopping.set()
+        for t in threads:
+            t.join()
+        for r in runners:
+            r.close()
+
+
+@dataclass
+class VerifyReport:
+    gpu: dict
+    cases: list[dict] = field(default_factory=list)  # codegen.run.verify.CaseResult, as written to verify.json
+    written: list[str] = field(default_factory=list)  # the report files (codegen.run.report.write_verify)
+
+    @property
+    def ok(self) -> bool:
+        return all(c["status"] in ("verified", "skipped") for c in self.cases)
+
+    def tally(self) -> list[VerifyTally]:
+        """Per kernel: cases by status and the first problem (the terminal's summary of the cases)."""
+        counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        worst: dict[str, str] = {}
+        for c in self.cases:
+            counts[c["uri"]][c["status"]] += 1
+            if c["status"] != "verified" and c["uri"] not in worst:
+                worst[c["uri"]] = c["error"] or next((f"{k}: {v}" for k, v in c["controls"].items() if "PASSED" in v), "")
+        return [VerifyTally(uri=uri, counts=dict(counts[uri]), note=worst.get(uri, "")) for uri in sorted(counts)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyTally:
+    uri: str
+    counts: dict[str, int]  # status -> cases
+    note: str  # the first case's error (or passing negative control) that was not "verified"
+
+
+def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+               ray: str | None = None, workers_per_gpu: int = VERIFY_WORKERS_PER_GPU,
+               on_event: OnEvent = ignore) -> VerifyReport:
+    work, skipped = plan(files, gpu, derived=True, native_only=False)
+    report = VerifyReport(gpu=asdict(gpu))
+    for f, reason in skipped:
+        report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value, run_target=gpu.run_target.value,
+                                              shape=f.instance.shapes[0], seed=-1, inputs="", status="skipped", error=reason)))
+    runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, on_event=on_event,
+                           ray=ray, workers_per_gpu=workers_per_gpu)
+    for f, shape, value, error in runs:
+        if error is None:
+            report.cases.extend(asdict(r) for r in value)
+        else:
+            report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value,
+                                                  run_target=gpu.run_target.value, shape=tuple(shape), seed=-1,
+                                                  inputs="", status="error", error=error)))
+    return report
+
+
+@dataclass
+class BenchReport:
+    gpu: dict
+    copy_gbps: float
+    flush_bytes: int
+    rows: list[dict] = field(default_factory=list)  # codegen.run.bench.BenchRow, as written to bench.json
+    written: list[str] = field(default_factory=list)  # the report files (codegen.run.report.write_bench)
+    tuning: list[str] = field(default_factory=list)  # per tuned spec shape: tuned kernel beside the hand one
+
+    @property
+    def ok(self) -> bool:
+        return all(r["status"] in ("ok", "skipped") for r in self.rows)
+
+
+def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+              baselines_for: frozenset[str] | None = None, ray: str | None = None,
+              on_event: OnEvent = ignore) -> BenchReport:
+    """Time every kernel at its shapes; the torch baselines beside every row, or only beside the rows of the
+    kernels in `baselines_for`."""
+    work, skipped = plan(files, gpu, derived=False, native_only=True)
+    nflush = flush_bytes(gpu.l2_bytes, gpu.vendor)
+    rows: list[dict] = []
+    for f, reason in skipped:
+        i = f.instance
+        rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=i.shapes[0],
+                                    dtypes=i.dtype_label(), status="skipped", error=reason)))
+    copy_gbps = 0.0
+
+    def measure_copy(runner) -> tuple:
+        nonlocal copy_gbps
+        ok, value, _ = runner.call(measure_copy_gbps, nflush)
+        copy_gbps = value if ok else 0.0
+        return nflush, copy_gbps, baselines_for
+
+    runs = _contained_runs(work, gpu, label="bench", fn=bench_case, jobs=jobs, timeout_s=timeout_s,
+                           on_event=on_event, setup=measure_copy, ray=ray)
+    for f, shape, value, error in runs:
+        if error is None:
+            rows.append(asdict(value))
+        else:
+            i = f.instance
+            rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=tuple(shape),
+                                        dtypes=i.dtype_label(), status="error", error=error)))
+    return BenchReport(gpu=asdict(gpu), copy_gbps=copy_gbps, flush_bytes=nflush, rows=rows,
+                       tuning=tuning_lines(files, rows, gpu.name))
+
+
+def tuning_lines(files, rows: list[dict], device: str) -> list[str]:
+    """For each spec that a lockfile tuned (codegen.generate.render.SpecRef.tuned_on): each of its shapes, the kernel
+    that serves it -- the tuned one, timed beside the hand configuration in this run, or the hand one where no
+    entry answers for the shape."""
+    ms = {(r["uri"], tuple(r["shape"])): r["kernel"]["median_ms"] for r in rows if r["status"] == "ok" and r["kernel"]}
+    hand: dict[tuple[str, str, tuple], str] = {}
+    tuned: dict[tuple[str, str, tuple], tuple[str, str]] = {}
+    for f in files:
+        for ref in f.specs:
+            for s in ref.shapes:
+                key = (f.instance.target.value, ref.name, tuple(s))
+                if ref.tuned_on:
+                    tuned[key] = (f.uri, ref.tuned_on)
+                else:
+                    hand[key] = f.uri
+    tuned_specs = {(t, n) for t, n, _ in tuned}
+
+    def t(uri: str, shape: tuple) -> str:
+        return f"{ms[(uri, shape)]:.4f} ms" if (uri, shape) in ms else "not timed"
+
+    lines = []
+    for key in sorted(hand):
+        target, name, shape = key
+        if (target, name) not in tuned_specs:
+            continue
+        label = f"{name} {'x'.join(map(str, shape))} ({target})"
+        if key not in tuned:
+            lines.append(f"{label}: hand configuration {hand[key]} {t(hand[key], shape)} (no lockfile entry)")
+            continue
+        uri, on = tuned[key]
+        where = "" if on == device else f" (tuned on {on}, timed here on {device})"
+        ratio = (f", x{ms[(hand[key], shape)] / ms[(uri, shape)]:.3f}" if (uri, shape) in ms and (hand[key], shape) in ms
+                 else "")
+        lines.append(f"{label}: tuned {uri} {t(uri, shape)} vs hand {hand[key]} {t(hand[key], shape)}{ratio}{where}")
+    return lines
