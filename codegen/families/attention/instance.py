@@ -144,7 +144,39 @@ class AttentionInstance(InstanceBase):
             "warpgroup_threads": WS_WARPGROUP_THREADS,
             "rows_per_consumer": WS_ROWS_PER_CONSUMER,
             **(self.fa3_vars() if self.schedule == AttentionSchedule.FA3 else {}),
+            **self.frame_vars(),
+            **self.mask_vars(),
         }
+
+    def frame_vars(self) -> dict[str, object]:
+        """The literals of _frame.py.j2's title line: what the kernel computes, the causal term of the product,
+        what is kept in ACCUM_DTYPE, and the schedule (none for the default)."""
+        decode = self.variant == AttentionVariant.DECODE
+        return {
+            "kernel_what": ("attention decode with the KV sequence split over workgroups (flash-decoding)" if decode
+                            else "attention forward"),
+            "causal_term": " + causal mask" if self.causal else "",
+            "statistics_what": "scores, statistics and partial outputs" if decode else "scores and softmax statistics",
+            "schedule_note": "" if self.schedule == AttentionSchedule.DEFAULT or decode else f", schedule {self.schedule.value}",
+        }
+
+    def mask_vars(self) -> dict[str, object]:
+        """The literals of _masks.py.j2 and _kv_loop.py.j2: whether the last KV block is masked (tail predicated);
+        the KV loop's variable, its block's rows of K and V and first key, the query position of mask row i
+        (decode: packed rows, a KV split's blocks from kv_first); the causal in-place mask's test for keys past
+        seq_kv (ws, fa3)."""
+        predicated = self.tail == TailPolicy.PREDICATED
+        if self.variant == AttentionVariant.DECODE:
+            kv = {"kv_var": "kk", "kv_rows": "(kv_first + kk) * BLOCK_N:(kv_first + kk + 1) * BLOCK_N",
+                  "kv_key0": "(kv_first + kk) * BLOCK_N", "mask_row": "(row0 + i) // group",
+                  "mask_note": "packed row i (position (row0 + i) // group) may see key (kv_first + kk) * BLOCK_N + j"}
+        else:
+            kv = {"kv_var": "kb", "kv_rows": "kb * BLOCK_N:(kb + 1) * BLOCK_N", "kv_key0": "kb * BLOCK_N",
+                  "mask_row": "bx * BLOCK_M + i",
+                  "mask_note": "query bx*BLOCK_M+i may see key kb*BLOCK_N+j (j <= i + causal_shift, j < seq_kv)"}
+        return {**kv, "predicated": predicated,
+                "past_end_note": " (or past seq_kv)" if predicated else "",
+                "past_end_test": " or (kb + 1) * BLOCK_N > seq_kv" if predicated else ""}
 
     def fa3_vars(self) -> dict[str, object]:
         """schedule fa3's named barriers, counted down from the top of the hardware's NAMED_BARRIERS (TileLang
