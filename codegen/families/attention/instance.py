@@ -137,6 +137,9 @@ class AttentionInstance(InstanceBase):
             "gemm_fn": TARGETS[self.target].gemm_fn,
             "k_pack_arg": ", k_pack=K_PACK" if self.k_pack > 1 else "",  # the last argument of Q.K^T (persistent)
             "workgroups_per_cu": PERSISTENT_WORKGROUPS_PER_CU,
+            # persistent's docstring and WORKGROUPS comment: the target's compute unit (the ROCm gemm's targets: CUs)
+            "compute_unit": "CU" if self.uses_rocm_gemm else "SM",
+            "compute_units": "CUs" if self.uses_rocm_gemm else "SMs",
             "scale_literal": repr(self.softmax_scale),
             "scale_log2_literal": repr(self.softmax_scale * LOG2E),
             "causal_shift": CAUSAL_SHIFT.get(self.mask, "0"),
