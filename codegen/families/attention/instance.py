@@ -148,6 +148,7 @@ class AttentionInstance(InstanceBase):
             "rows_per_consumer": WS_ROWS_PER_CONSUMER,
             **(self.fa3_vars() if self.schedule == AttentionSchedule.FA3 else {}),
             **self.frame_vars(),
+            **self.ws_vars(),
             **self.mask_vars(),
         }
 
@@ -180,6 +181,19 @@ class AttentionInstance(InstanceBase):
         return {**kv, "predicated": predicated,
                 "past_end_note": " (or past seq_kv)" if predicated else "",
                 "past_end_test": " or (kb + 1) * BLOCK_N > seq_kv" if predicated else ""}
+
+    def ws_vars(self) -> dict[str, object]:
+        """The literals of _warpgroups.py.j2 (schedules ws and fa3): the consumers' Q tiles handed to the producer,
+        the shared K and V tiles every macro takes (ws: two slots of each; fa3: the rings), the query block's
+        index (fa3 launches the causal blocks in reverse: qb), the producer's thread argument (fa3: one warp issues)
+        and each consumer's branch of the dispatch."""
+        fa3 = self.schedule == AttentionSchedule.FA3
+        n = self.ws_consumers
+        return {"q_parts": ", ".join(f"Q_{c}" for c in range(n)),
+                "ws_tiles": "K_ring, V_ring" if fa3 else "K0, K1, V0, V1",
+                "ws_block": "qb" if fa3 else "bx", "producer_tx": "tx, " if fa3 else "",
+                "consumer_branches": tuple((c, f"elif tx < {c + 2} * WARPGROUP" if c < n - 1 else "else")
+                                           for c in range(n))}
 
     def fa3_vars(self) -> dict[str, object]:
         """schedule fa3's named barriers, counted down from the top of the hardware's NAMED_BARRIERS (TileLang
