@@ -179,6 +179,9 @@ class AttentionInstance(InstanceBase):
                   "mask_row": "bx * BLOCK_M + i",
                   "mask_note": "query bx*BLOCK_M+i may see key kb*BLOCK_N+j (j <= i + causal_shift, j < seq_kv)"}
         return {**kv, "predicated": predicated,
+                # ws, fa3: K and V arrive by TMA, which zero-fills the keys past seq_kv
+                "ragged_note": (" (TMA zero-fills them)" if self.schedule in WARP_SPECIALIZED
+                                and self.variant == AttentionVariant.PREFILL else ""),
                 "past_end_note": " (or past seq_kv)" if predicated else "",
                 "past_end_test": " or (kb + 1) * BLOCK_N > seq_kv" if predicated else ""}
 
