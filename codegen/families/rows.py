@@ -408,6 +408,21 @@ class RowInstance(InstanceBase):
         """The workgroup index T.Kernel binds: the row itself, or the block of PACK rows."""
         return "bx" if self.pack > 1 else "row"
 
+    # the chunk loops of _rows.j2: how far the loop over a row's chunks runs and whether those chunks are checked
+    # against the row's end (predicated: all CHUNKS, each checked; otherwise the FULL ones unchecked), and whether
+    # one checked ragged chunk follows them (specialized)
+    @property
+    def loop_chunks(self) -> str:
+        return "CHUNKS" if self.tail == TailPolicy.PREDICATED else "FULL"
+
+    @property
+    def loop_checked(self) -> str:
+        return "True" if self.tail == TailPolicy.PREDICATED else "False"
+
+    @property
+    def ragged_chunk(self) -> bool:
+        return self.tail == TailPolicy.SPECIALIZED
+
     @property
     def reduce_scope(self) -> str:
         return "row's threads" if self.pack > 1 else "workgroup"

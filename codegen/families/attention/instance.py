@@ -137,6 +137,9 @@ class AttentionInstance(InstanceBase):
             "gemm_fn": TARGETS[self.target].gemm_fn,
             "k_pack_arg": ", k_pack=K_PACK" if self.k_pack > 1 else "",  # the last argument of Q.K^T (persistent)
             "workgroups_per_cu": PERSISTENT_WORKGROUPS_PER_CU,
+            # persistent's docstring and WORKGROUPS comment: the target's compute unit (the ROCm gemm's targets: CUs)
+            "compute_unit": "CU" if self.uses_rocm_gemm else "SM",
+            "compute_units": "CUs" if self.uses_rocm_gemm else "SMs",
             "scale_literal": repr(self.softmax_scale),
             "scale_log2_literal": repr(self.softmax_scale * LOG2E),
             "causal_shift": CAUSAL_SHIFT.get(self.mask, "0"),
@@ -144,7 +147,56 @@ class AttentionInstance(InstanceBase):
             "warpgroup_threads": WS_WARPGROUP_THREADS,
             "rows_per_consumer": WS_ROWS_PER_CONSUMER,
             **(self.fa3_vars() if self.schedule == AttentionSchedule.FA3 else {}),
+            **self.frame_vars(),
+            **self.ws_vars(),
+            **self.mask_vars(),
         }
+
+    def frame_vars(self) -> dict[str, object]:
+        """The literals of _frame.py.j2's title line: what the kernel computes, the causal term of the product,
+        what is kept in ACCUM_DTYPE, and the schedule (none for the default)."""
+        decode = self.variant == AttentionVariant.DECODE
+        return {
+            "kernel_what": ("attention decode with the KV sequence split over workgroups (flash-decoding)" if decode
+                            else "attention forward"),
+            "causal_term": " + causal mask" if self.causal else "",
+            "statistics_what": "scores, statistics and partial outputs" if decode else "scores and softmax statistics",
+            "schedule_note": "" if self.schedule == AttentionSchedule.DEFAULT or decode else f", schedule {self.schedule.value}",
+        }
+
+    def mask_vars(self) -> dict[str, object]:
+        """The literals of _masks.py.j2 and _kv_loop.py.j2: whether the last KV block is masked (tail predicated);
+        the KV loop's variable, its block's rows of K and V and first key, the query position of mask row i
+        (decode: packed rows, a KV split's blocks from kv_first); the causal in-place mask's test for keys past
+        seq_kv (ws, fa3)."""
+        predicated = self.tail == TailPolicy.PREDICATED
+        if self.variant == AttentionVariant.DECODE:
+            kv = {"kv_var": "kk", "kv_rows": "(kv_first + kk) * BLOCK_N:(kv_first + kk + 1) * BLOCK_N",
+                  "kv_key0": "(kv_first + kk) * BLOCK_N", "mask_row": "(row0 + i) // group",
+                  "mask_note": "packed row i (position (row0 + i) // group) may see key (kv_first + kk) * BLOCK_N + j"}
+        else:
+            kv = {"kv_var": "kb", "kv_rows": "kb * BLOCK_N:(kb + 1) * BLOCK_N", "kv_key0": "kb * BLOCK_N",
+                  "mask_row": "bx * BLOCK_M + i",
+                  "mask_note": "query bx*BLOCK_M+i may see key kb*BLOCK_N+j (j <= i + causal_shift, j < seq_kv)"}
+        return {**kv, "predicated": predicated,
+                # ws, fa3: K and V arrive by TMA, which zero-fills the keys past seq_kv
+                "ragged_note": (" (TMA zero-fills them)" if self.schedule in WARP_SPECIALIZED
+                                and self.variant == AttentionVariant.PREFILL else ""),
+                "past_end_note": " (or past seq_kv)" if predicated else "",
+                "past_end_test": " or (kb + 1) * BLOCK_N > seq_kv" if predicated else ""}
+
+    def ws_vars(self) -> dict[str, object]:
+        """The literals of _warpgroups.py.j2 (schedules ws and fa3): the consumers' Q tiles handed to the producer,
+        the shared K and V tiles every macro takes (ws: two slots of each; fa3: the rings), the query block's
+        index (fa3 launches the causal blocks in reverse: qb), the producer's thread argument (fa3: one warp issues)
+        and each consumer's branch of the dispatch."""
+        fa3 = self.schedule == AttentionSchedule.FA3
+        n = self.ws_consumers
+        return {"q_parts": ", ".join(f"Q_{c}" for c in range(n)),
+                "ws_tiles": "K_ring, V_ring" if fa3 else "K0, K1, V0, V1",
+                "ws_block": "qb" if fa3 else "bx", "producer_tx": "tx, " if fa3 else "",
+                "consumer_branches": tuple((c, f"elif tx < {c + 2} * WARPGROUP" if c < n - 1 else "else")
+                                           for c in range(n))}
 
     def fa3_vars(self) -> dict[str, object]:
         """schedule fa3's named barriers, counted down from the top of the hardware's NAMED_BARRIERS (TileLang
