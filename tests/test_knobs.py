@@ -79,3 +79,10 @@ def test_missing_from_starter_can_fail():
     assert missing_from_starter(gemm.GEMM_KNOBS, no_policy) == ["tiling.policy"]
     no_grid = gemm.STARTER.replace("# grid:", "# gird:")
     assert missing_from_starter(gemm.GEMM_KNOBS, no_grid) == ["grid"]
+
+
+def test_every_target_has_a_gemm_record():
+    from codegen.families.gemm.targets import GEMM_TARGET
+    from codegen.targets import TARGETS
+
+    assert set(GEMM_TARGET) == set(TARGETS)

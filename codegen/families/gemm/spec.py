@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, StrictBool, StrictInt
 
 from codegen.core.hardware import DType, Target
+from codegen.families.gemm.targets import GEMM_TARGET
 from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
@@ -243,8 +244,8 @@ GEMM_KNOBS: tuple[Knob, ...] = (
     Knob(name="structure", type=Structure, default=Structure.TILED,
          doc="tiled | gemv (M <= 16, layout nt: B read once) | gemv_n (N <= 16: A read once)"),
     Knob(name="lds_layout", type=LdsLayout, default=LdsLayout.NATURAL,
-         takes=lambda t, v: v.value in t.gemm_lds_layouts,
-         doc="B's LDS tile on gfx942/gfx950, layouts nn/tn (TargetSpec.gemm_lds_layouts; rules lds_layout_*)"),
+         takes=lambda t, v: v.value in GEMM_TARGET[t.target].lds_layouts,
+         doc="B's LDS tile on gfx942/gfx950, layouts nn/tn (GemmTarget.lds_layouts; rules lds_layout_*)"),
     Knob(name="split_k", type=PositiveInt, default=1,
          doc="tiled: workgroups the K range of each output tile is split over (1 = off): fp32 partials in a "
              "workspace [split_k, M, N], summed in a fixed order by a second kernel (rules split_k_*)"),
@@ -252,10 +253,10 @@ GEMM_KNOBS: tuple[Knob, ...] = (
          doc="tiled: one workgroup per output tile, or a persistent grid of min(tiles, CUs/SMs x resident) "
              "workgroups looping over the tiles in swizzle_panel order (rules persistent_*)"),
     Knob(name="b_eviction", type=Eviction, default=Eviction.NORMAL,
-         takes=lambda t, v: v == Eviction.NORMAL or t.tma_copies,
-         doc="sm_90, tiled: the L2 eviction priority of B's TMA loads (TargetSpec.tma_copies; rules b_eviction_*)"),
+         takes=lambda t, v: v == Eviction.NORMAL or GEMM_TARGET[t.target].tma_copies,
+         doc="sm_90, tiled: the L2 eviction priority of B's TMA loads (GemmTarget.tma_copies; rules b_eviction_*)"),
     Knob(name="epilogue", type=Epilogue, default=Epilogue.DIRECT,
-         takes=lambda t, v: v == Epilogue.DIRECT or t.tma_copies,
+         takes=lambda t, v: v == Epilogue.DIRECT or GEMM_TARGET[t.target].tma_copies,
          doc="sm_90, tiled: C written directly or through a shared-memory tile and TMA stores (rules epilogue_*)"),
     Knob(name="staging", type=Staging, default=Staging.NONE,
          doc="tiled: none | padded -- A and B copied into zero-padded workspaces of whole blocks before the main "
@@ -269,7 +270,7 @@ GemmOverride = override_model("GemmOverride", GEMM_KNOBS, module=__name__,
 GEMM_TUNABLES = tunable_paths(GEMM_KNOBS)
 _TARGET_ONLY = target_only(GEMM_KNOBS)
 # the GEMM's target-only tunables beside k_pack: B's LDS layout where the target's template was built for it
-# (TargetSpec.gemm_lds_layouts: gfx942, gfx950), and sm_90's TMA copy options (TargetSpec.tma_copies)
+# (GemmTarget.lds_layouts: gfx942, gfx950), and sm_90's TMA copy options (GemmTarget.tma_copies)
 LDS_LAYOUT, B_EVICTION, EPILOGUE = _TARGET_ONLY["lds_layout"], _TARGET_ONLY["b_eviction"], _TARGET_ONLY["epilogue"]
 
 
