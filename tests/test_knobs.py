@@ -7,40 +7,66 @@ import pytest
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from codegen.families import rows
 from codegen.families.gemm import spec as gemm
+from codegen.families.norm import spec as norm
+from codegen.families.softmax import spec as softmax
 from codegen.families.spec import K_PACK, Knob, missing_from_starter, tunable_paths
 
 # tunables a family's starter spec leaves out on purpose, with the reason; every other one appears in it
-STARTER_LEFT_OUT: dict[str, dict[str, str]] = {"gemm": {}}
+STARTER_LEFT_OUT: dict[str, dict[str, str]] = {"gemm": {}, "rmsnorm": {}, "layernorm": {}, "softmax": {}}
 
-FAMILIES = {"gemm": (gemm.GEMM_KNOBS, gemm.GemmSpec, gemm.GemmTuning, gemm.GemmOverride, gemm.STARTER)}
+# op: (its knobs, its spec model, its tuning and override models (None: the family takes no overrides), starter)
+FAMILIES = {
+    "gemm": (gemm.GEMM_KNOBS, gemm.GemmSpec, gemm.GemmTuning, gemm.GemmOverride, gemm.STARTER),
+    "rmsnorm": (rows.ROW_KNOBS, norm.RmsNormSpec, None, None, norm.RMSNORM_STARTER),
+    "layernorm": (rows.ROW_KNOBS, norm.LayerNormSpec, None, None, norm.LAYERNORM_STARTER),
+    "softmax": (rows.ROW_KNOBS, softmax.SoftmaxSpec, None, None, softmax.STARTER),
+}
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_models_follow_the_declaration(family):
-    knobs, spec, tuning, override, _ = FAMILIES[family]
-    per_target = [k.name for k in knobs if k.per_target]
-    assert list(tuning.model_fields) == per_target
-    assert list(override.model_fields) == per_target
+@pytest.mark.parametrize("op", sorted(FAMILIES))
+def test_models_follow_the_declaration(op):
+    knobs, spec, tuning, override, _ = FAMILIES[op]
+    declared = [k.name for k in knobs if k.declares_field]
     fields = list(spec.model_fields)
-    start = fields.index(per_target[0])
-    assert fields[start:start + len(per_target)] == per_target  # the spec's tunables: one block, in order
+    start = fields.index(declared[0])
+    assert fields[start:start + len(declared)] == declared  # the spec's tunables: one block, in order
+    if tuning is not None:
+        assert list(tuning.model_fields) == declared
+        assert list(override.model_fields) == declared
     for k in knobs:
-        if not k.per_target:
-            assert k.name in spec.model_fields  # a searched spec field of the family's own
+        if not k.declares_field:
+            assert k.name in spec.model_fields  # a searched field the spec model declares itself
             continue
-        s, t, o = spec.model_fields[k.name], tuning.model_fields[k.name], override.model_fields[k.name]
-        declared = FieldInfo.from_annotation(k.type)
-        assert (s.annotation, s.metadata) == (t.annotation, t.metadata) == (declared.annotation, declared.metadata)
-        assert s.is_required() == t.is_required() == (k.default is ...)
-        if k.default is not ...:
-            assert s.default == t.default == k.default
-        assert not o.is_required() and o.default is None  # every override is optional
+        info = FieldInfo.from_annotation(k.type)
+        models = [spec] if tuning is None else [spec, tuning]
+        for m in models:
+            f = m.model_fields[k.name]
+            assert (f.annotation, f.metadata) == (info.annotation, info.metadata), (m.__name__, k.name)
+            assert f.is_required() == (k.default is ...)
+            if k.default is not ...:
+                assert f.default == k.default
+        if override is not None:
+            o = override.model_fields[k.name]
+            assert not o.is_required() and o.default is None  # every override is optional
     only = {k.name: k.default for k in knobs if k.takes is not None}
-    assert {o.name: o.default for o in spec.TARGET_ONLY} == only
+    assert {o.name: o.default for o in getattr(spec, "TARGET_ONLY", ())} == only
+    search = spec.model_fields["search"].annotation.__args__[1]
+    assert [p for p, _ in _search_paths(search)] == list(tunable_paths(knobs))
 
 
-def test_gemm_tunables_and_their_order():
+def _search_paths(search: type[BaseModel]) -> list[tuple[str, object]]:
+    """The tunable paths a search model takes, in its field order."""
+    out = []
+    for head, f in search.model_fields.items():
+        inner = next((a for a in getattr(f.annotation, "__args__", ()) if isinstance(a, type)
+                      and issubclass(a, BaseModel)), None)
+        out += [(f"{head}.{leaf}", None) for leaf in inner.model_fields] if inner else [(head, None)]
+    return out
+
+
+def test_tunables_and_their_order():
     # the search block's order is every search point's order (lockfile entries list their values in it)
     assert gemm.GEMM_TUNABLES == (
         "tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy", "pipeline.stages",
@@ -48,6 +74,7 @@ def test_gemm_tunables_and_their_order():
         "epilogue", "staging")
     assert gemm.GemmSpec.TARGET_ONLY == (K_PACK, gemm.LDS_LAYOUT, gemm.B_EVICTION, gemm.EPILOGUE)
     assert [o.name for o in gemm.GemmSpec.TARGET_ONLY] == ["k_pack", "lds_layout", "b_eviction", "epilogue"]
+    assert rows.ROW_TUNABLES == ("threads", "vector", "unroll", "variant", "tail", "peel", "split", "pack")
 
 
 def test_search_paths():
@@ -59,14 +86,14 @@ def test_search_paths():
     assert Knob(name="x", type=int, default=0, search=False).search_paths() == ()
     assert Knob(name="m", type=Inner).search_paths() == ("m.a", "m.b")
     assert Knob(name="m", type=Inner, search=("b",)).search_paths() == ("m.b",)
-    assert tunable_paths((Knob(name="m", type=Inner, search=("a",)), Knob(name="tail", per_target=False))) == \
+    assert tunable_paths((Knob(name="m", type=Inner, search=("a",)), Knob(name="tail", declares_field=False))) == \
         ("m.a", "tail")
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_starter_shows_every_tunable(family):
-    knobs, *_, starter = FAMILIES[family]
-    left_out = STARTER_LEFT_OUT[family]
+@pytest.mark.parametrize("op", sorted(FAMILIES))
+def test_starter_shows_every_tunable(op):
+    knobs, *_, starter = FAMILIES[op]
+    left_out = STARTER_LEFT_OUT[op]
     assert missing_from_starter(knobs, starter) == sorted(left_out, key=[k.name for k in knobs].index)
 
 

@@ -249,8 +249,9 @@ class Knob:
     value where the spec leaves it out (REQUIRED: none). `takes(target_spec, value)`, where given, says which
     targets take a value (a TargetOnly; the others keep `default`). `search`: whether `search:` may list it --
     a tunable whose type is a model is searched by its own fields (`tiling.block_m`), all of them or the ones
-    named. `per_target`: in the tuning and override models; False for a spec field of the family's own that is
-    only searched (`tail`: its type and default are the spec model's)."""
+    named. `declares_field`: the declaration makes the field (of the spec and, where the family has them, of
+    its tuning and override models); False for a field the spec model declares itself, listed here for its
+    place in the search order (GEMM's `tail`, the same on every target; a row family's `variant`)."""
 
     name: str
     type: Any = None
@@ -258,7 +259,7 @@ class Knob:
     doc: str = ""
     takes: Callable[[Any, object], bool] | None = None
     search: bool | tuple[str, ...] = True
-    per_target: bool = True
+    declares_field: bool = True
 
     @property
     def target_only(self) -> TargetOnly | None:
@@ -275,32 +276,32 @@ class Knob:
         return (self.name,)
 
 
-def _per_target(knobs: tuple[Knob, ...]) -> tuple[Knob, ...]:
-    return tuple(k for k in knobs if k.per_target)
+def _declared(knobs: tuple[Knob, ...]) -> tuple[Knob, ...]:
+    return tuple(k for k in knobs if k.declares_field)
 
 
 def knob_fields(knobs: tuple[Knob, ...]) -> dict[str, tuple]:
-    """The per-target tunables as pydantic fields, each with its type, default and doc, in declaration order."""
-    return {k.name: (k.type, Field(k.default, description=k.doc or None)) for k in _per_target(knobs)}
+    """The declared tunables as pydantic fields, each with its type, default and doc, in declaration order."""
+    return {k.name: (k.type, Field(k.default, description=k.doc or None)) for k in _declared(knobs)}
 
 
 def tuning_model(name: str, knobs: tuple[Knob, ...], *, doc: str, module: str) -> type[BaseModel]:
-    """The model of the effective per-target tunables (resolve_tuning fills every field)."""
+    """The model of a spec's effective tunables on one target (resolve_tuning fills every field)."""
     from pydantic import create_model
 
     return create_model(name, __base__=Model, __doc__=doc, __module__=module, **knob_fields(knobs))
 
 
 def override_model(name: str, knobs: tuple[Knob, ...], *, doc: str, module: str) -> type[BaseModel]:
-    """The model of `overrides.<target>`: every per-target tunable, each optional (None: the spec's value)."""
+    """The model of `overrides.<target>`: every declared tunable, each optional (None: the spec's value)."""
     from pydantic import create_model
 
     return create_model(name, __base__=Model, __doc__=doc, __module__=module,
-                        **{k.name: (k.type | None, None) for k in _per_target(knobs)})
+                        **{k.name: (k.type | None, None) for k in _declared(knobs)})
 
 
 def with_knobs(name: str, base: type[Tm], knobs: tuple[Knob, ...], *, module: str) -> type[Tm]:
-    """`base` (the spec fields before the tunables) followed by the per-target tunables' fields: a spec model
+    """`base` (the spec fields before the tunables) followed by the declared tunables' fields: a spec model
     subclasses it and declares the fields after them, so the spec's field order is the order it is written in."""
     from pydantic import create_model
 

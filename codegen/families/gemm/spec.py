@@ -240,7 +240,7 @@ GEMM_KNOBS: tuple[Knob, ...] = (
          doc="0 = off; else a power of two: the block rasterization panel for L2 reuse"),
     Knob(name="k_pack", type=Literal[1, 2], default=1, takes=K_PACK.takes,
          doc="MFMA ops packed along K: the ROCm gemm only (TargetSpec.supports_k_pack)"),
-    Knob(name="tail", per_target=False),  # the spec's tail policy: searched, the same on every target
+    Knob(name="tail", declares_field=False),  # the spec's tail policy: searched, the same on every target
     Knob(name="structure", type=Structure, default=Structure.TILED,
          doc="tiled | gemv (M <= 16, layout nt: B read once) | gemv_n (N <= 16: A read once)"),
     Knob(name="lds_layout", type=LdsLayout, default=LdsLayout.NATURAL,
