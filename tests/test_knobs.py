@@ -8,17 +8,21 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from codegen.families import rows
+from codegen.families.attention import spec as attention
 from codegen.families.gemm import spec as gemm
 from codegen.families.norm import spec as norm
 from codegen.families.softmax import spec as softmax
 from codegen.families.spec import K_PACK, Knob, missing_from_starter, tunable_paths
 
 # tunables a family's starter spec leaves out on purpose, with the reason; every other one appears in it
-STARTER_LEFT_OUT: dict[str, dict[str, str]] = {"gemm": {}, "rmsnorm": {}, "layernorm": {}, "softmax": {}}
+STARTER_LEFT_OUT: dict[str, dict[str, str]] = {"gemm": {}, "attention": {}, "rmsnorm": {}, "layernorm": {},
+                                               "softmax": {}}
 
 # op: (its knobs, its spec model, its tuning and override models (None: the family takes no overrides), starter)
 FAMILIES = {
     "gemm": (gemm.GEMM_KNOBS, gemm.GemmSpec, gemm.GemmTuning, gemm.GemmOverride, gemm.STARTER),
+    "attention": (attention.ATTENTION_KNOBS, attention.AttentionSpec, attention.AttentionTuning,
+                  attention.AttentionOverride, attention.STARTER),
     "rmsnorm": (rows.ROW_KNOBS, norm.RmsNormSpec, None, None, norm.RMSNORM_STARTER),
     "layernorm": (rows.ROW_KNOBS, norm.LayerNormSpec, None, None, norm.LAYERNORM_STARTER),
     "softmax": (rows.ROW_KNOBS, softmax.SoftmaxSpec, None, None, softmax.STARTER),
@@ -74,6 +78,9 @@ def test_tunables_and_their_order():
         "epilogue", "staging")
     assert gemm.GemmSpec.TARGET_ONLY == (K_PACK, gemm.LDS_LAYOUT, gemm.B_EVICTION, gemm.EPILOGUE)
     assert [o.name for o in gemm.GemmSpec.TARGET_ONLY] == ["k_pack", "lds_layout", "b_eviction", "epilogue"]
+    assert attention.ATTENTION_TUNABLES == ("tiling.block_m", "tiling.block_n", "tiling.threads", "pipeline.stages",
+                                            "split_kv", "schedule", "k_pack", "v_layout")
+    assert attention.AttentionSpec.TARGET_ONLY == (K_PACK,)
     assert rows.ROW_TUNABLES == ("threads", "vector", "unroll", "variant", "tail", "peel", "split", "pack")
 
 
@@ -113,3 +120,10 @@ def test_every_target_has_a_gemm_record():
     from codegen.targets import TARGETS
 
     assert set(GEMM_TARGET) == set(TARGETS)
+
+
+def test_flow_mapping_keys_count():
+    # attention's starter writes its tiling as a flow mapping; without it block_n is missing
+    assert missing_from_starter(attention.ATTENTION_KNOBS, attention.STARTER) == []
+    assert missing_from_starter(attention.ATTENTION_KNOBS, attention.STARTER.replace("block_n:", "block_x:")) == \
+        ["tiling.block_n"]

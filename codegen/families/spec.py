@@ -322,6 +322,8 @@ def target_only(knobs: tuple[Knob, ...]) -> dict[str, TargetOnly]:
 def missing_from_starter(knobs: tuple[Knob, ...], starter: str) -> list[str]:
     """The tunables (and searched sub-fields, `tiling.block_m`) of `knobs` that `starter` -- a starter spec's
     text -- neither sets nor shows in a commented line (`# lds_layout: natural`), in declaration order."""
-    keys = set(re.findall(r"^[ \t]*(?:#[ \t]*)?-?[ \t]*([a-z_][a-z0-9_]*):", starter, flags=re.MULTILINE))
-    paths = [p for k in knobs for p in (k.name, *k.search_paths()) if p != k.name or "." not in p]
+    block = re.findall(r"^[ \t]*(?:#[ \t]*)?-?[ \t]*([a-z_][a-z0-9_]*):", starter, flags=re.MULTILINE)
+    flow = re.findall(r"[{,][ \t]*([a-z_][a-z0-9_]*):", starter)  # `tiling: {block_m: 128, ...}`
+    keys = set(block) | set(flow)
+    paths = [p for k in knobs for p in (k.name, *k.search_paths())]
     return [p for p in dict.fromkeys(paths) if p.rpartition(".")[2] not in keys]
