@@ -20,11 +20,14 @@ from codegen.families.spec import (
     MAX_INT32,
     MAX_SHAPES,
     Identifier,
+    Knob,
     Model,
     PositiveInt,
     RowDTypes,
     TailPolicy,
     ToleranceScale,
+    tunable_paths,
+    with_knobs,
 )
 from codegen.targets import torch_dtype
 from codegen.targets.base import TargetSpec
@@ -43,24 +46,41 @@ Vector = Literal[1, 2, 4, 8]
 MAX_SPLIT = 65535  # workgroups per row: grid x of both split kernels
 MAX_PACK = 32  # rows per workgroup: 1024 threads / one 32-lane group per row
 SPLIT_AUTO_WAVES = 2  # split: auto aims at this many workgroups per CU/SM over all rows
-ROW_TUNABLES = ("threads", "vector", "unroll", "variant", "tail", "peel", "split", "pack")  # what a row family's `search:` may list
+
+# A row family's tunables, declared once, in order: RowSpecBase's tunable fields and ROW_TUNABLES (what a row
+# family's `search:` may list) are derived from this. Row specs take no overrides: each is the same on every target.
+ROW_KNOBS: tuple[Knob, ...] = (
+    Knob(name="threads", type=PositiveInt, doc="threads per workgroup (shared by its `pack` rows)"),
+    Knob(name="vector", type=Vector, default=8,
+         doc="elements per thread per load (one 16-byte load for fp16/bf16 at 8)"),
+    Knob(name="unroll", type=PositiveInt, default=1, doc="unroll factor of the streaming column loops (T.unroll)"),
+    Knob(name="variant", declares_field=False),  # each family's own StrEnum, declared by its spec model
+    Knob(name="tail", type=TailPolicy, default=TailPolicy.NONE, doc="none | predicated | specialized"),
+    Knob(name="peel", type=StrictBool, default=False,
+         doc="a scalar head up to the row's first vector*bytes boundary, aligned vector loads, a scalar tail "
+             "(odd rows)"),
+    Knob(name="split", type=Annotated[StrictInt, Field(ge=1, le=MAX_SPLIT)] | Literal["auto"], default=1,
+         doc="workgroups per row: 1 (one per row), N, or auto (resolved per shape from the target's CU/SM count); "
+             "over 1, a first kernel reduces each workgroup's segment into an fp32 workspace, a second combines "
+             "and writes"),
+    Knob(name="pack", type=Annotated[StrictInt, Field(ge=1, le=MAX_PACK)], default=1,
+         doc="rows per workgroup (many short rows): threads // pack threads per row, each its own reductions"),
+)
+ROW_TUNABLES = tunable_paths(ROW_KNOBS)
 
 
-class RowSpecBase(Model):
+class _RowSpecHead(Model):
+    """RowSpecBase's fields before its tunables."""
+
     name: Identifier
     dtypes: RowDTypes
     shapes: Annotated[list[RowShape], Field(min_length=1, max_length=MAX_SHAPES)]
-    threads: PositiveInt
-    vector: Vector = 8  # elements per thread per load (one 16-byte load for fp16/bf16 at 8)
-    unroll: PositiveInt = 1  # unroll factor of the streaming column loops (T.unroll)
-    tail: TailPolicy = TailPolicy.NONE
-    # a scalar head up to the row's first vector*bytes boundary, aligned vector loads, a scalar tail (odd rows)
-    peel: StrictBool = False
-    # workgroups per row: 1 (one per row), N, or auto (resolved per shape from the target's CU/SM count); over 1,
-    # a first kernel reduces each workgroup's segment into an fp32 workspace, a second combines and writes
-    split: Annotated[StrictInt, Field(ge=1, le=MAX_SPLIT)] | Literal["auto"] = 1
-    # rows per workgroup (many short rows): threads // pack threads per row, each its own reductions
-    pack: Annotated[StrictInt, Field(ge=1, le=MAX_PACK)] = 1
+
+
+class RowSpecBase(with_knobs("RowSpecTunables", _RowSpecHead, ROW_KNOBS, module=__name__)):
+    """A row family's spec: the head fields, the tunables of ROW_KNOBS, then these; each family adds its own
+    (`op`, `variant`, ...)."""
+
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     allow_spills: StrictBool = False
     verify_tolerance_scale: ToleranceScale = 1.0

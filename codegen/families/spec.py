@@ -233,3 +233,97 @@ class TargetOnly:
 
 # an argument of TileLang's ROCm gemm only (TargetSpec.supports_k_pack): GEMM and attention
 K_PACK = TargetOnly("k_pack", 1, lambda t, v: v == 1 or t.supports_k_pack)
+
+
+# ---- tunables, declared once ---------------------------------------------------------------------------
+# A family lists its tunables as `Knob`s, in order; the tuning model (`tuning_for`), the override model
+# (`overrides.<target>`), the spec's tunable fields, the tunables `search:` may list and the TARGET_ONLY
+# records are all derived from that one declaration.
+
+REQUIRED: Any = ...  # a Knob's default where the spec must give the value (tiling)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knob:
+    """One tunable. `type` is the field's type (an Annotated type carries its constraints) and `default` its
+    value where the spec leaves it out (REQUIRED: none). `takes(target_spec, value)`, where given, says which
+    targets take a value (a TargetOnly; the others keep `default`). `search`: whether `search:` may list it --
+    a tunable whose type is a model is searched by its own fields (`tiling.block_m`), all of them or the ones
+    named. `declares_field`: the declaration makes the field (of the spec and, where the family has them, of
+    its tuning and override models); False for a field the spec model declares itself, listed here for its
+    place in the search order (GEMM's `tail`, the same on every target; a row family's `variant`)."""
+
+    name: str
+    type: Any = None
+    default: Any = REQUIRED
+    doc: str = ""
+    takes: Callable[[Any, object], bool] | None = None
+    search: bool | tuple[str, ...] = True
+    declares_field: bool = True
+
+    @property
+    def target_only(self) -> TargetOnly | None:
+        return TargetOnly(self.name, self.default, self.takes) if self.takes is not None else None
+
+    def search_paths(self) -> tuple[str, ...]:
+        """The paths of this tunable `search:` may list: its name, or one per searched field of its model."""
+        if self.search is False:
+            return ()
+        if isinstance(self.search, tuple):
+            return tuple(f"{self.name}.{leaf}" for leaf in self.search)
+        if isinstance(self.type, type) and issubclass(self.type, BaseModel):
+            return tuple(f"{self.name}.{leaf}" for leaf in self.type.model_fields)
+        return (self.name,)
+
+
+def _declared(knobs: tuple[Knob, ...]) -> tuple[Knob, ...]:
+    return tuple(k for k in knobs if k.declares_field)
+
+
+def knob_fields(knobs: tuple[Knob, ...]) -> dict[str, tuple]:
+    """The declared tunables as pydantic fields, each with its type, default and doc, in declaration order."""
+    return {k.name: (k.type, Field(k.default, description=k.doc or None)) for k in _declared(knobs)}
+
+
+def tuning_model(name: str, knobs: tuple[Knob, ...], *, doc: str, module: str) -> type[BaseModel]:
+    """The model of a spec's effective tunables on one target (resolve_tuning fills every field)."""
+    from pydantic import create_model
+
+    return create_model(name, __base__=Model, __doc__=doc, __module__=module, **knob_fields(knobs))
+
+
+def override_model(name: str, knobs: tuple[Knob, ...], *, doc: str, module: str) -> type[BaseModel]:
+    """The model of `overrides.<target>`: every declared tunable, each optional (None: the spec's value)."""
+    from pydantic import create_model
+
+    return create_model(name, __base__=Model, __doc__=doc, __module__=module,
+                        **{k.name: (k.type | None, None) for k in _declared(knobs)})
+
+
+def with_knobs(name: str, base: type[Tm], knobs: tuple[Knob, ...], *, module: str) -> type[Tm]:
+    """`base` (the spec fields before the tunables) followed by the declared tunables' fields: a spec model
+    subclasses it and declares the fields after them, so the spec's field order is the order it is written in."""
+    from pydantic import create_model
+
+    return create_model(name, __base__=base, __module__=module, **knob_fields(knobs))
+
+
+def tunable_paths(knobs: tuple[Knob, ...]) -> tuple[str, ...]:
+    """What `search:` may list, in declaration order (the search block's and every search point's order)."""
+    return tuple(path for k in knobs for path in k.search_paths())
+
+
+def target_only(knobs: tuple[Knob, ...]) -> dict[str, TargetOnly]:
+    """The TargetOnly record of each tunable only some targets take, by name, in declaration order."""
+    return {k.name: only for k in knobs if (only := k.target_only) is not None}
+
+
+
+def missing_from_starter(knobs: tuple[Knob, ...], starter: str) -> list[str]:
+    """The tunables (and searched sub-fields, `tiling.block_m`) of `knobs` that `starter` -- a starter spec's
+    text -- neither sets nor shows in a commented line (`# lds_layout: natural`), in declaration order."""
+    block = re.findall(r"^[ \t]*(?:#[ \t]*)?-?[ \t]*([a-z_][a-z0-9_]*):", starter, flags=re.MULTILINE)
+    flow = re.findall(r"[{,][ \t]*([a-z_][a-z0-9_]*):", starter)  # `tiling: {block_m: 128, ...}`
+    keys = set(block) | set(flow)
+    paths = [p for k in knobs for p in (k.name, *k.search_paths())]
+    return [p for p in dict.fromkeys(paths) if p.rpartition(".")[2] not in keys]

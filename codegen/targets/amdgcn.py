@@ -433,9 +433,6 @@ def target_spec(hw: Hardware, *, find_toolchain: Callable[..., AmdToolchain],
         hw=hw,
         gemm_fn="rocm_gemm",
         supports_k_pack=True,  # TileLang's ROCm gemm packs MFMA ops along K
-        # the MFMA reads a K x N tile 2 bytes a lane (ds_read_u16); transposed_b gives it K-contiguous rows
-        gemm_lds_layouts=("natural", "transposed_b"),
-        tma_copies=False,  # no TMA: tile copies are global loads + LDS writes
         explicit_pipeline_schedule=True,  # TileLang 0.1.15 ignores num_stages on HIP
         reduce_workspace_in_lds=True,  # seen in the lowered source: a `workspace` buffer per reduction
         warp_specialization=False,
@@ -445,12 +442,6 @@ def target_spec(hw: Hardware, *, find_toolchain: Callable[..., AmdToolchain],
         resident_workgroups=lambda threads, lds: resident_workgroups(hw, threads, lds),
         mma_input_roundoff=MappingProxyType({}),  # fp16/bf16/fp8/fp32 enter the MFMA exactly
         mma_accumulator_roundoff=MappingProxyType({}),
-        # TileLang 0.1.15's HIP gemm emits v_mfma_f32_16x16x4f32 / 32x32x2f32 for fp32 (true fp32, so
-        # `ieee`); its MFMA emitter has no xf32 path (gfx942 has v_mfma_f32_16x16x8_xf32 -- clang-19 emits
-        # the builtin -- but gfx950 dropped it: clang-22 "Cannot select: intrinsic llvm.amdgcn.mfma.f32.16x16x8.xf32")
-        fp32_precisions=("ieee",),
-        fp32_precision_note=("TileLang 0.1.15's HIP gemm has no xf32 MFMA path (it emits only the true-fp32 "
-                             "v_mfma_f32_*f32), so only ieee is possible"),
         torch_dtypes=MappingProxyType(dict(torch_dtypes)),
         build_cost=0,
         find_toolchain=find_toolchain,

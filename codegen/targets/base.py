@@ -161,13 +161,6 @@ class TargetSpec:
     # code generation: how a family's kernel differs on this target
     gemm_fn: str  # the template's tile matmul: "rocm_gemm" (tilelang.rocm.language.gemm) or "T.gemm"
     supports_k_pack: bool  # the gemm packs MMA ops along K (spec field k_pack)
-    # how a tiled GEMM may stage a K x N B tile in LDS/shared memory (spec field lds_layout): "natural" (as
-    # stored) everywhere; "transposed_b" (written N x K, read as the nt kernels read B) where its gemm gains by it
-    gemm_lds_layouts: tuple[str, ...]
-    # TileLang lowers the GEMM's global <-> shared tile copies through TMA here (cp.async.bulk.tensor): the
-    # options only a TMA copy has -- an L2 eviction priority on B's loads (spec b_eviction) and C staged through
-    # shared memory for TMA stores (epilogue shared) -- are offered where this is True (rules *_target)
-    tma_copies: bool
     explicit_pipeline_schedule: bool  # T.Pipelined(num_stages) is a plain loop here: emit order/stage lists
     reduce_workspace_in_lds: bool  # T.reduce_max / T.reduce_sum take one fp32 per thread of LDS each
     # hand-written warp specialization (TMA loads on mbarriers, setmaxnreg, asynchronous wgmma with
@@ -184,10 +177,6 @@ class TargetSpec:
     # and the unit roundoff of an accumulator coarser than fp32 (Hopper's fp8 wgmma; absent: fp32's own)
     mma_input_roundoff: Mapping[DType, float]
     mma_accumulator_roundoff: Mapping[DType, float]
-    # fp32-input GEMM precision modes (spec field `precision`) this target's generated code can do, and
-    # why the others are refused (rule precision_target)
-    fp32_precisions: tuple[str, ...]
-    fp32_precision_note: str
     torch_dtypes: Mapping[DType, str]  # torch dtype names on this target's devices (fp8: fnuz on gfx942)
     # build
     build_cost: int  # scheduling weight of one build (slowest first)

@@ -416,8 +416,6 @@ TARGET = TargetSpec(
     hw=HW,
     gemm_fn="T.gemm",
     supports_k_pack=False,
-    gemm_lds_layouts=("natural",),  # wgmma reads a K x N tile through its own (transposed) descriptor
-    tma_copies=True,  # T.copy global -> shared / shared -> global: tl::tma_load / tl::tma_store
     explicit_pipeline_schedule=False,  # TileLang schedules num_stages itself (TMA + mbarriers)
     reduce_workspace_in_lds=False,  # warp shuffles only
     warp_specialization=True,  # T.tma_copy + mbarriers, T.dec/inc_max_nreg, T.wgmma_gemm + T.wait_wgmma
@@ -429,8 +427,6 @@ TARGET = TargetSpec(
     # them as tf32, dropping the low 13 mantissa bits -- truncation, relative error < 2^-10 per operand
     mma_input_roundoff=MappingProxyType({DType.FP32: 2.0**-10}),
     mma_accumulator_roundoff=MappingProxyType({DType.FP8_E4M3: 2.0**-14}),  # Hopper fp8 wgmma keeps ~14 bits
-    fp32_precisions=("ieee", "tf32", "3xtf32"),  # ieee: CUDA-core FMA; tf32/3xtf32: rounded inputs, mma_sync
-    fp32_precision_note="",
     torch_dtypes=MappingProxyType({DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP32: "float32",
                                    DType.FP8_E4M3: "float8_e4m3fn"}),
     build_cost=1,  # nvcc takes longer than clang

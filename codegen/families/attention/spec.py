@@ -22,6 +22,7 @@ from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
     Identifier,
+    Knob,
     Model,
     Pipeline,
     PositiveFp32,
@@ -30,8 +31,13 @@ from codegen.families.spec import (
     TailPolicy,
     TargetOnly,
     ToleranceScale,
+    override_model,
     resolve_tuning,
     search_model,
+    target_only,
+    tunable_paths,
+    tuning_model,
+    with_knobs,
 )
 
 ATTENTION_HEAD_DIMS = (64, 128)
@@ -109,28 +115,32 @@ class AttentionTiling(Model):
     threads: PositiveInt
 
 
-class AttentionTuning(Model):
-    """The per-target tunables; `overrides.<target>` may replace any of them for one target."""
+# The attention tunables, declared once, in order: the tuning and override models, AttentionSpec's tunable fields,
+# ATTENTION_TUNABLES (what `search:` may list) and AttentionSpec.TARGET_ONLY are derived from this.
+ATTENTION_KNOBS: tuple[Knob, ...] = (
+    Knob(name="tiling", type=AttentionTiling, doc="query rows and keys per step of a workgroup, and its threads"),
+    Knob(name="pipeline", type=Pipeline, default=Pipeline(), doc="KV-loop stages"),
+    Knob(name="split_kv", type=PositiveInt, default=1,
+         doc="decode: workgroups the KV sequence of one (batch, K/V head) is split over"),
+    Knob(name="schedule", type=AttentionSchedule, default=AttentionSchedule.DEFAULT,
+         doc="prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)"),
+    Knob(name="k_pack", type=Literal[1, 2], default=1, takes=K_PACK.takes,
+         doc="gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, "
+             "k_pack_schedule)"),
+    Knob(name="v_layout", type=VLayout, default=VLayout.NATURAL,
+         doc="schedule persistent: V staged in LDS as stored or transposed (rules v_layout_schedule, v_layout_tile)"),
+)
 
-    tiling: AttentionTiling
-    pipeline: Pipeline = Pipeline()
-    split_kv: PositiveInt = 1
-    schedule: AttentionSchedule = AttentionSchedule.DEFAULT
-    k_pack: Literal[1, 2] = 1
-    v_layout: VLayout = VLayout.NATURAL
+AttentionTuning = tuning_model("AttentionTuning", ATTENTION_KNOBS, module=__name__,
+                               doc="The per-target tunables; `overrides.<target>` may replace any of them for one "
+                                   "target.")
+AttentionOverride = override_model("AttentionOverride", ATTENTION_KNOBS, module=__name__,
+                                   doc="`overrides.<target>`: any of the per-target tunables, for one target.")
+ATTENTION_TUNABLES = tunable_paths(ATTENTION_KNOBS)
 
 
-class AttentionOverride(Model):
-    tiling: AttentionTiling | None = None
-    pipeline: Pipeline | None = None
-    split_kv: PositiveInt | None = None
-    schedule: AttentionSchedule | None = None
-    k_pack: Literal[1, 2] | None = None
-    v_layout: VLayout | None = None
-
-
-class AttentionSpec(Model):
-    TARGET_ONLY: ClassVar[tuple[TargetOnly, ...]] = (K_PACK,)
+class _AttentionSpecHead(Model):
+    """AttentionSpec's fields before its tunables."""
 
     name: Identifier
     op: Literal["attention"]
@@ -140,15 +150,13 @@ class AttentionSpec(Model):
     causal: Causal = CausalMask.NONE  # false, top_left or bottom_right (true = top_left)
     variant: AttentionVariant = AttentionVariant.PREFILL
     softmax_scale: PositiveFp32 | None = None  # None: 1/sqrt(head_dim)
-    tiling: AttentionTiling
-    pipeline: Pipeline = Pipeline()
-    split_kv: PositiveInt = 1  # decode: workgroups the KV sequence of one (batch, K/V head) is split over
-    # prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)
-    schedule: AttentionSchedule = AttentionSchedule.DEFAULT
-    # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, k_pack_schedule)
-    k_pack: Literal[1, 2] = 1
-    # schedule persistent: V staged in LDS as stored or transposed (rules v_layout_schedule, v_layout_tile)
-    v_layout: VLayout = VLayout.NATURAL
+
+
+class AttentionSpec(with_knobs("AttentionSpecTunables", _AttentionSpecHead, ATTENTION_KNOBS, module=__name__)):
+    """`op: attention`: the head fields, the tunables of ATTENTION_KNOBS, then these."""
+
+    TARGET_ONLY: ClassVar[tuple[TargetOnly, ...]] = tuple(target_only(ATTENTION_KNOBS).values())
+
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
@@ -162,8 +170,6 @@ class AttentionSpec(Model):
         return resolve_tuning(self, AttentionTuning, target)
 
 
-ATTENTION_TUNABLES = (*(f"tiling.{f}" for f in AttentionTiling.model_fields), "pipeline.stages", "split_kv", "schedule",
-                      "k_pack", "v_layout")
 AttentionSearch = search_model("AttentionSearch", AttentionSpec, ATTENTION_TUNABLES)
 AttentionSpec.model_rebuild()
 
@@ -183,6 +189,10 @@ STARTER = """\
   causal: top_left
   tiling: {block_m: 128, block_n: 128, threads: 256}
   pipeline: {stages: 2}
+  # split_kv: 1             # decode: workgroups the KV sequence of one (batch, K/V head) is split over
+  # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
+  # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
+  # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed
   tail: none
   targets: [gfx942, sm_90]
   overrides:

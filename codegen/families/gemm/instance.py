@@ -21,6 +21,7 @@ from codegen.families.gemm.spec import (
     Structure,
     WarpPolicy,
 )
+from codegen.families.gemm.targets import GEMM_TARGET
 from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -656,7 +657,8 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     # B as stored on a target without transposed_b (rule lds_layout_target refuses asking it of such a target
     # alone), and where it does not apply: a B stored N x K (rule lds_layout_applies), gemv and fp32 (rule
     # unsupported_combination)
-    transposed = (tuning.lds_layout == LdsLayout.TRANSPOSED_B and tuning.lds_layout.value in target.gemm_lds_layouts
+    transposed = (tuning.lds_layout == LdsLayout.TRANSPOSED_B
+                  and tuning.lds_layout.value in GEMM_TARGET[target.target].lds_layouts
                   and not (gemv or fp32 or spec.layout.trans_b))
     lds_layout = LdsLayout.TRANSPOSED_B if transposed else LdsLayout.NATURAL
     # the K loop's statements: copy A, copy B (transposed_b: load, permute, write), gemm

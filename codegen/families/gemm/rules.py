@@ -24,6 +24,7 @@ from codegen.families.gemm.spec import (
     Staging,
     Structure,
 )
+from codegen.families.gemm.targets import GEMM_TARGET
 from codegen.families.rules import FieldPath, TunedContext, Violation, target_only_value, threads_violations
 from codegen.families.spec import K_PACK, TailPolicy
 from codegen.targets import TARGETS
@@ -81,12 +82,14 @@ def c_tile_bytes(spec: GemmSpec, tuning: GemmTuning) -> int:
 def b_eviction(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> Eviction:
     """The eviction priority the target's kernel gets: the asked one on a target with TMA copies (rule
     b_eviction_target refuses asking it of another alone), else normal."""
-    return tuning.b_eviction if target.tma_copies and tuning.structure == Structure.TILED else Eviction.NORMAL
+    tma = GEMM_TARGET[target.target].tma_copies
+    return tuning.b_eviction if tma and tuning.structure == Structure.TILED else Eviction.NORMAL
 
 
 def shared_epilogue(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> bool:
     """epilogue shared, on a target with TMA copies (as b_eviction)."""
-    return tuning.epilogue == Epilogue.SHARED and target.tma_copies and tuning.structure == Structure.TILED
+    tma = GEMM_TARGET[target.target].tma_copies
+    return tuning.epilogue == Epilogue.SHARED and tma and tuning.structure == Structure.TILED
 
 
 def tf32_tile_sets(spec: GemmSpec) -> int:
@@ -139,16 +142,16 @@ TRAITS: dict[str, Trait] = {
     "unroll": Trait(name="unroll > 1", field="unroll", on=lambda c: c.tuning.unroll > 1),
     "transposed_b": Trait(name="lds_layout transposed_b", field="lds_layout",  # where taken (rule lds_layout_target)
                           on=lambda c: (c.tuning.lds_layout == LdsLayout.TRANSPOSED_B
-                                        and LdsLayout.TRANSPOSED_B.value in c.target.gemm_lds_layouts)),
+                                        and LdsLayout.TRANSPOSED_B.value in GEMM_TARGET[c.target.target].lds_layouts)),
     "split_k": Trait(name="split_k > 1", field="split_k", on=lambda c: c.tuning.split_k > 1),
     "persistent": Trait(name="grid persistent", field="grid", on=lambda c: c.tuning.grid == GridPolicy.PERSISTENT),
     "padded": Trait(name="staging padded", field="staging", on=lambda c: c.tuning.staging == Staging.PADDED),
     "dynamic_m": Trait(name="dynamic_m", field="dynamic_m", on=lambda c: c.spec.dynamic_m is not None),
     # sm_90's TMA copy options, where the target has them (rules b_eviction_target, epilogue_target)
     "b_eviction": Trait(name="b_eviction first / last", field="b_eviction",
-                        on=lambda c: c.tuning.b_eviction != Eviction.NORMAL and c.target.tma_copies),
+                        on=lambda c: c.tuning.b_eviction != Eviction.NORMAL and GEMM_TARGET[c.target.target].tma_copies),
     "epilogue_shared": Trait(name="epilogue shared", field="epilogue",
-                             on=lambda c: c.tuning.epilogue == Epilogue.SHARED and c.target.tma_copies),
+                             on=lambda c: c.tuning.epilogue == Epilogue.SHARED and GEMM_TARGET[c.target.target].tma_copies),
     # what is computed beyond the product: element-wise ops on the accumulator, and the gated MLP's two products
     "epilogue_ops": Trait(name="epilogue_ops", field="epilogue_ops", on=lambda c: c.spec.epilogue_ops is not None),
     "gate": Trait(name="gate", field="gate", on=lambda c: c.spec.gate is not None),
@@ -264,12 +267,12 @@ def precision_dtype(c: GemmContext) -> Iterator[Violation]:
 
 
 def precision_target(c: GemmContext) -> Iterator[Violation]:
-    """Rule precision_target: a mode the target's generated code cannot do (TargetSpec.fp32_precisions)."""
-    p = c.spec.precision
-    if c.spec.dtypes.a == DType.FP32 and p.value not in c.target.fp32_precisions:
+    """Rule precision_target: a mode the target's generated code cannot do (GemmTarget.fp32_precisions)."""
+    p, gemm = c.spec.precision, GEMM_TARGET[c.target.target]
+    if c.spec.dtypes.a == DType.FP32 and p.value not in gemm.fp32_precisions:
         yield Violation(rule="precision_target", path=("precision",), value=p.value,
-                        message=f"not possible on {c.hw.target}: {c.target.fp32_precision_note}; "
-                                f"drop {c.hw.target} from targets or use {' / '.join(c.target.fp32_precisions)}")
+                        message=f"not possible on {c.hw.target}: {gemm.fp32_precision_note}; "
+                                f"drop {c.hw.target} from targets or use {' / '.join(gemm.fp32_precisions)}")
 
 
 def wave_multiple(c: GemmContext) -> Iterator[Violation]:
@@ -372,19 +375,20 @@ def _k_pack_targets() -> list[str]:
 
 
 def _lds_layout_targets(layout: LdsLayout) -> list[str]:
-    return [t.value for t, spec in TARGETS.items() if layout.value in spec.gemm_lds_layouts]
+    return [t.value for t in TARGETS if layout.value in GEMM_TARGET[t].lds_layouts]
 
 
 def lds_layout_target(c: GemmContext) -> Iterator[Violation]:
     """Rule lds_layout_target: transposed_b exists only where the target's template was built for it
-    (TargetSpec.gemm_lds_layouts: gfx942, gfx950); a target-only value as k_pack (target_only_value)."""
+    (GemmTarget.lds_layouts: gfx942, gfx950); a target-only value as k_pack (target_only_value)."""
     yield from target_only_value(c, LDS_LAYOUT, lambda v: f"{v.value} is only for {', '.join(_lds_layout_targets(v))}",
                                  "lds_layout_target")
 
 
 def _transposed_b_asked(c: GemmContext) -> bool:
     """transposed_b asked of a target that takes it (another stages B as stored: rule lds_layout_target)."""
-    return c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and c.tuning.lds_layout.value in c.target.gemm_lds_layouts
+    layouts = GEMM_TARGET[c.target.target].lds_layouts
+    return c.tuning.lds_layout == LdsLayout.TRANSPOSED_B and c.tuning.lds_layout.value in layouts
 
 
 def _transposed_b_misfit(c: GemmContext) -> str | None:
@@ -600,12 +604,12 @@ TMA_ALIGN_BYTES = 16  # a TMA tensor's strides: multiples of 16 bytes (cuTensorM
 
 
 def _tma_targets() -> list[str]:
-    return [t.value for t, spec in TARGETS.items() if spec.tma_copies]
+    return [t.value for t in TARGETS if GEMM_TARGET[t].tma_copies]
 
 
 def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
     """Rules b_eviction_* and epilogue_*: the copy options only sm_90's TMA has. *_target: as lds_layout, a
-    top-level value is used by the targets with TMA copies (TargetSpec.tma_copies: sm_90) and the others keep
+    top-level value is used by the targets with TMA copies (GemmTarget.tma_copies: sm_90) and the others keep
     the default; asking it of another target's override, or of no target that has it, is an error.
     b_eviction_tma: B's rows as the main kernel reads them a multiple of 16 bytes at every shape (k for layouts
     nt/tt, n for nn/tn; a staged workspace's whole blocks), else TileLang loads B without TMA and the hint never
@@ -615,7 +619,7 @@ def tma_copy_rules(c: GemmContext) -> Iterator[Violation]:
     for name, (only, what) in TMA_OPTIONS.items():
         yield from target_only_value(c, only, lambda v, n=name, w=what: f"{n} {v.value} is {w}, only for "
                                                                          f"{', '.join(_tma_targets())}", f"{name}_target")
-    if not c.target.tma_copies:
+    if not GEMM_TARGET[c.target.target].tma_copies:
         return
     asked = {name: getattr(c.tuning, name) for name, (only, _) in TMA_OPTIONS.items()
              if getattr(c.tuning, name) != only.default

@@ -8,10 +8,12 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, StrictBool, StrictInt
 
 from codegen.core.hardware import DType, Target
+from codegen.families.gemm.targets import GEMM_TARGET
 from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
     Identifier,
+    Knob,
     Model,
     NonNegativeInt,
     NormalFp32,
@@ -20,8 +22,13 @@ from codegen.families.spec import (
     TailPolicy,
     TargetOnly,
     ToleranceScale,
+    override_model,
     resolve_tuning,
     search_model,
+    target_only,
+    tunable_paths,
+    tuning_model,
+    with_knobs,
 )
 
 
@@ -223,47 +230,52 @@ class Tiling(Model):
     policy: WarpPolicy = WarpPolicy.SQUARE
 
 
-class GemmTuning(Model):
-    """The per-target tunables; `overrides.<target>` may replace any of them for one target."""
+# The GEMM's tunables, declared once, in order: the tuning and override models, GemmSpec's tunable fields,
+# GEMM_TUNABLES (what `search:` may list) and GemmSpec.TARGET_ONLY are derived from this.
+GEMM_KNOBS: tuple[Knob, ...] = (
+    Knob(name="tiling", type=Tiling, doc="the block tile (block_m x block_n x block_k), its threads and warp policy"),
+    Knob(name="pipeline", type=Pipeline, default=Pipeline(), doc="K-loop stages: 0/1 one LDS buffer, 2+ overlapped"),
+    Knob(name="unroll", type=PositiveInt, default=1, doc="K-loop unroll factor (only with stages <= 1)"),
+    Knob(name="swizzle_panel", type=NonNegativeInt, default=0,
+         doc="0 = off; else a power of two: the block rasterization panel for L2 reuse"),
+    Knob(name="k_pack", type=Literal[1, 2], default=1, takes=K_PACK.takes,
+         doc="MFMA ops packed along K: the ROCm gemm only (TargetSpec.supports_k_pack)"),
+    Knob(name="tail", declares_field=False),  # the spec's tail policy: searched, the same on every target
+    Knob(name="structure", type=Structure, default=Structure.TILED,
+         doc="tiled | gemv (M <= 16, layout nt: B read once) | gemv_n (N <= 16: A read once)"),
+    Knob(name="lds_layout", type=LdsLayout, default=LdsLayout.NATURAL,
+         takes=lambda t, v: v.value in GEMM_TARGET[t.target].lds_layouts,
+         doc="B's LDS tile on gfx942/gfx950, layouts nn/tn (GemmTarget.lds_layouts; rules lds_layout_*)"),
+    Knob(name="split_k", type=PositiveInt, default=1,
+         doc="tiled: workgroups the K range of each output tile is split over (1 = off): fp32 partials in a "
+             "workspace [split_k, M, N], summed in a fixed order by a second kernel (rules split_k_*)"),
+    Knob(name="grid", type=GridPolicy, default=GridPolicy.TILES,
+         doc="tiled: one workgroup per output tile, or a persistent grid of min(tiles, CUs/SMs x resident) "
+             "workgroups looping over the tiles in swizzle_panel order (rules persistent_*)"),
+    Knob(name="b_eviction", type=Eviction, default=Eviction.NORMAL,
+         takes=lambda t, v: v == Eviction.NORMAL or GEMM_TARGET[t.target].tma_copies,
+         doc="sm_90, tiled: the L2 eviction priority of B's TMA loads (GemmTarget.tma_copies; rules b_eviction_*)"),
+    Knob(name="epilogue", type=Epilogue, default=Epilogue.DIRECT,
+         takes=lambda t, v: v == Epilogue.DIRECT or GEMM_TARGET[t.target].tma_copies,
+         doc="sm_90, tiled: C written directly or through a shared-memory tile and TMA stores (rules epilogue_*)"),
+    Knob(name="staging", type=Staging, default=Staging.NONE,
+         doc="tiled: none | padded -- A and B copied into zero-padded workspaces of whole blocks before the main "
+             "kernel, for operands whose leading dimensions are not 16-byte multiples (rules staging_*)"),
+)
 
-    tiling: Tiling
-    pipeline: Pipeline = Pipeline()
-    unroll: PositiveInt = 1
-    swizzle_panel: NonNegativeInt = 0
-    k_pack: Literal[1, 2] = 1
-    structure: Structure = Structure.TILED
-    lds_layout: LdsLayout = LdsLayout.NATURAL
-    split_k: PositiveInt = 1
-    grid: GridPolicy = GridPolicy.TILES
-    b_eviction: Eviction = Eviction.NORMAL
-    epilogue: Epilogue = Epilogue.DIRECT
-    staging: Staging = Staging.NONE
-
-
-class GemmOverride(Model):
-    structure: Structure | None = None
-    split_k: PositiveInt | None = None
-    tiling: Tiling | None = None
-    pipeline: Pipeline | None = None
-    unroll: PositiveInt | None = None
-    swizzle_panel: NonNegativeInt | None = None
-    k_pack: Literal[1, 2] | None = None
-    lds_layout: LdsLayout | None = None
-    grid: GridPolicy | None = None
-    b_eviction: Eviction | None = None
-    epilogue: Epilogue | None = None
-    staging: Staging | None = None
-
-
+GemmTuning = tuning_model("GemmTuning", GEMM_KNOBS, module=__name__,
+                          doc="The per-target tunables; `overrides.<target>` may replace any of them for one target.")
+GemmOverride = override_model("GemmOverride", GEMM_KNOBS, module=__name__,
+                              doc="`overrides.<target>`: any of the per-target tunables, for one target.")
+GEMM_TUNABLES = tunable_paths(GEMM_KNOBS)
+_TARGET_ONLY = target_only(GEMM_KNOBS)
 # the GEMM's target-only tunables beside k_pack: B's LDS layout where the target's template was built for it
-# (TargetSpec.gemm_lds_layouts: gfx942, gfx950), and sm_90's TMA copy options (TargetSpec.tma_copies)
-LDS_LAYOUT = TargetOnly("lds_layout", LdsLayout.NATURAL, lambda t, v: v.value in t.gemm_lds_layouts)
-B_EVICTION = TargetOnly("b_eviction", Eviction.NORMAL, lambda t, v: v == Eviction.NORMAL or t.tma_copies)
-EPILOGUE = TargetOnly("epilogue", Epilogue.DIRECT, lambda t, v: v == Epilogue.DIRECT or t.tma_copies)
+# (GemmTarget.lds_layouts: gfx942, gfx950), and sm_90's TMA copy options (GemmTarget.tma_copies)
+LDS_LAYOUT, B_EVICTION, EPILOGUE = _TARGET_ONLY["lds_layout"], _TARGET_ONLY["b_eviction"], _TARGET_ONLY["epilogue"]
 
 
-class GemmSpec(Model):
-    TARGET_ONLY: ClassVar[tuple[TargetOnly, ...]] = (K_PACK, LDS_LAYOUT, B_EVICTION, EPILOGUE)
+class _GemmSpecHead(Model):
+    """GemmSpec's fields before its tunables."""
 
     name: Identifier
     op: Literal["gemm"]
@@ -272,26 +284,13 @@ class GemmSpec(Model):
     shapes: Annotated[list[GemmShape], Field(min_length=1, max_length=MAX_SHAPES)]
     # M symbolic over this range (rules dynamic_m_*); the shapes are then the workloads verify and bench run
     dynamic_m: DynamicRange | None = None
-    tiling: Tiling
-    pipeline: Pipeline = Pipeline()
-    unroll: PositiveInt = 1
-    swizzle_panel: NonNegativeInt = 0
-    k_pack: Literal[1, 2] = 1
-    structure: Structure = Structure.TILED
-    lds_layout: LdsLayout = LdsLayout.NATURAL  # B's LDS tile on gfx942/gfx950 (rules lds_layout_*)
-    # tiled: workgroups the K range of each output tile is split over (1 = off): fp32 partials in a workspace
-    # [split_k, M, N], summed in a fixed order by a second kernel (rules split_k_*)
-    split_k: PositiveInt = 1
-    # tiled: one workgroup per output tile, or a persistent grid of min(tiles, CUs/SMs x resident) workgroups
-    # looping over the tiles in swizzle_panel order (rules persistent_*)
-    grid: GridPolicy = GridPolicy.TILES
-    # sm_90, tiled: the L2 eviction priority of B's TMA loads, and C written through a shared-memory tile (TMA
-    # stores); rules b_eviction_*, epilogue_*
-    b_eviction: Eviction = Eviction.NORMAL
-    epilogue: Epilogue = Epilogue.DIRECT
-    # tiled: none | padded -- A and B copied into zero-padded workspaces of whole blocks before the main kernel,
-    # for shapes whose operands' leading dimensions are not 16-byte multiples (rules staging_*)
-    staging: Staging = Staging.NONE
+
+
+class GemmSpec(with_knobs("GemmSpecTunables", _GemmSpecHead, GEMM_KNOBS, module=__name__)):
+    """`op: gemm`: the head fields, the tunables of GEMM_KNOBS, then these."""
+
+    TARGET_ONLY: ClassVar[tuple[TargetOnly, ...]] = tuple(_TARGET_ONLY.values())
+
     precision: Precision = Precision.IEEE  # fp32 inputs only: ieee | tf32 | 3xtf32 (rules precision_*)
     # what is computed beyond the product: element-wise ops on the accumulator before the output cast (scale,
     # bias, activation, residual; rules epilogue_ops_*), and the gated MLP act(A @ B^T) * (A @ B_UP^T) (rules gate_*)
@@ -311,9 +310,6 @@ class GemmSpec(Model):
         return resolve_tuning(self, GemmTuning, target)
 
 
-GEMM_TUNABLES = ("tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy",
-                 "pipeline.stages", "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k",
-                 "grid", "b_eviction", "epilogue", "staging")
 GemmSearch = search_model("GemmSearch", GemmSpec, GEMM_TUNABLES)
 GemmSpec.model_rebuild()
 

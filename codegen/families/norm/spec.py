@@ -86,6 +86,10 @@ RMSNORM_STARTER = """\
   threads: 256
   vector: 8
   tail: none
+  # unroll: 1               # unroll of the streamed column loops
+  # peel: false             # aligned vector loads on rows that start off a 16-byte boundary (streamed)
+  # split: 1                # workgroups per row: 1 to 65535, or auto (streamed)
+  # pack: 1                 # rows per workgroup, 1 to 32: many short rows
   targets: [gfx942, sm_90]
 """
 
@@ -103,5 +107,9 @@ LAYERNORM_STARTER = """\
   threads: 256
   vector: 8
   tail: none
+  # unroll: 1               # unroll of the streamed column loops
+  # peel: false             # aligned vector loads on rows that start off a 16-byte boundary (streamed)
+  # split: 1                # workgroups per row: 1 to 65535, or auto (streamed)
+  # pack: 1                 # rows per workgroup, 1 to 32: many short rows
   targets: [gfx942, sm_90]
 """

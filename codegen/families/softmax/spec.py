@@ -65,5 +65,9 @@ STARTER = """\
   threads: 128              # a multiple of 64 on gfx942, of 32 on sm_90
   vector: 8                 # elements per thread per load (8 x fp16 = one 16-byte load)
   tail: none                # none | predicated | specialized (cols not a multiple of threads x vector)
+  # unroll: 1               # unroll of the two_pass column loops
+  # peel: false             # aligned vector loads on rows that start off a 16-byte boundary (two_pass)
+  # split: 1                # workgroups per row: 1 to 65535, or auto (two_pass)
+  # pack: 1                 # rows per workgroup, 1 to 32: many short rows
   targets: [gfx942, sm_90]
 """
