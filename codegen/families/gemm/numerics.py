@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics
 from codegen.families.gemm.rules import split_tiles
+from codegen.families.gemm.spec import Structure
 from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk, compiled_once
 from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS, torch_dtype
@@ -173,7 +174,7 @@ def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
             return [(bm, bn, bk), (3 * bm, 2 * bn, 5 * bk), (rows * bm, 2 * bn, bk)]
         return [(1, 1, 1), (bm + 1, bn - 1, bk + 1), (2 * bm - 1, 2 * bn + 1, 3 * bk - 1),
                 (rows * bm - 1, 2 * bn - 1, bk + 1)]
-    if inst.vector and inst.structure == "gemv_n":  # gemv_n: gemv's shapes with the roles of m and n swapped
+    if inst.structure == Structure.GEMV_N.value:  # gemv_n: gemv's shapes with the roles of m and n swapped
         v = inst.vector
         if inst.tail == TailPolicy.NONE:
             return [(bm, 1, bk), (3 * bm, bn, 5 * bk)]
@@ -344,8 +345,6 @@ def epilogue_box_unstored(inst, ref, n: int, col0: int = 0):
 
 def split_range(inst, k: int) -> slice:
     """Split 0's K range [0, split_tiles * block_k) (codegen.families.gemm.rules.split_tiles), within k."""
-    from codegen.families.gemm.rules import split_tiles
-
     return slice(0, min(k, split_tiles(k, inst.block_k, inst.split_k) * inst.block_k))
 
 
@@ -580,7 +579,7 @@ def accumulation_depth(inst, k: int) -> int:
     (sqrt of it: the module docstring). A tiled kernel's K loop: k. A K split: one split's run of K tiles, then
     the fixed-order sum of split_k partials. The gemv structures: each lane's K steps of `vector` products, then
     the cross-lane tree of log2(lanes) levels. Only the summation order is used, never the data."""
-    if getattr(inst, "vector", 0):  # gemv / gemv_n
+    if inst.vector:  # gemv / gemv_n
         lanes = inst.block_k // inst.vector
         return -(-k // inst.block_k) * inst.vector + max(lanes.bit_length() - 1, 0)
     if inst.split_k > 1:

@@ -474,18 +474,18 @@ def gemv_shape(c: GemmContext) -> Iterator[Violation]:
                         message=f"structure {c.tuning.structure.value} takes "
                                 f"{', '.join(d.value for d in GEMV_DTYPES)} inputs")
         return
-    # the side held in registers (rows of A, or columns of B) and the side each workgroup owns a block of
-    held, held_block, owned_block = ("n", "block_n", "block_m") if small_n else ("m", "block_m", "block_n")
-    what = "column of B" if small_n else "row of A"
+    # the side held in registers (A's rows, or B's columns), its block, and the block each workgroup owns
+    held, held_block, owned_block, held_noun, operand = (("n", "block_n", "block_m", "column", "B") if small_n else
+                                                         ("m", "block_m", "block_n", "row", "A"))
     if getattr(t, held_block) > GEMV_MAX_M:
         yield Violation(rule="gemv_shape", path=c.at("tiling", held_block), value=getattr(t, held_block),
-                        message=f"structure {c.tuning.structure.value} keeps every {what} in registers: at most "
-                                f"{GEMV_MAX_M} {what.split(' of ')[0]}s")
+                        message=f"structure {c.tuning.structure.value} keeps every {held_noun} of {operand} in "
+                                f"registers: at most {GEMV_MAX_M} {held_noun}s")
     for i, s in enumerate(c.spec.shapes):
         if getattr(s, held) > getattr(t, held_block):
             yield Violation(rule="gemv_shape", path=("shapes", i), value=None,
                             message=f"{held}={getattr(s, held)} is over tiling.{held_block}={getattr(t, held_block)}, "
-                                    f"the {what.split(' of ')[0]}s one {c.tuning.structure.value} workgroup serves")
+                                    f"the {held_noun}s one {c.tuning.structure.value} workgroup serves")
         if s.k % vec:
             yield Violation(rule="gemv_shape", path=("shapes", i), value=None,
                             message=f"k={s.k} is not a multiple of {vec}: {c.tuning.structure.value} loads K in "
