@@ -1,14 +1,24 @@
-"""The host cost of one tilegen op call: what `tilegen.load`'s dispatch adds to a kernel launch, on the CPU.
+"""The host cost of one tilegen op call: what `tilegen.load`'s dispatch adds to a kernel launch.
 
-    python3 benchmarks/ops_overhead.py [--calls 10000] [--repeats 5]
+    python3 benchmarks/ops_overhead.py [--calls 10000] [--repeats 5]            # the CPU: kernels that do nothing
+    python3 benchmarks/ops_overhead.py --gpu [--calls 2000] [--out DIR]         # the GPU present: real kernels
 
-A small project (the decode shapes of a Llama layer, scaled down) is loaded with kernels that do nothing (a
-launch that returns at once), so the time of a call is the ops' own Python: the input checks, the route
-lookup, the count, the output and workspace allocations and the launch's argument marshalling. Each op is
-called `--calls` times back to back in plain eager mode (no grad), `--repeats` times; the best repeat's
-microseconds per call are printed, beside an empty Python loop and `torch.empty` of the output's size (the
-floor of an op that allocates its output). Nothing here is a GPU measurement: a TileLang launch adds its own
-cost on top.
+A small project (the decode shapes of a Llama layer, scaled down) is loaded, and each op is called `--calls`
+times back to back in plain eager mode (no grad), `--repeats` times; the best repeat's microseconds per call are
+printed.
+
+On the CPU the kernels do nothing (a launch that returns at once), so a call's time is the ops' own Python: the
+input checks, the route lookup, the count, the output and workspace allocations and the launch's argument
+marshalling; beside it an empty Python loop and `torch.empty` of the output's size (the floor of an op that
+allocates its output).
+
+With --gpu the project's kernels are compiled for the GPU present (into a temporary cache) and each row splits a
+call's host time into its layers, all timed in the same run: the op as a user calls it (`ops.linear`, ...), its
+launch alone (the plan's `run`: the case record, the output, the TileLang call; no checks, no route), the bare
+TileLang kernel call on prepared arguments (GEMM), and the torch op that does the same work (F.linear,
+F.rms_norm, SDPA). The kernels are a few microseconds long at these shapes, so a loop of calls is bound by the
+host: its wall time per call is the host's cost (the GPU is synchronised once, after the loop). The results go to
+`--out` as JSON and Markdown when given.
 """
 
 from __future__ import annotations
@@ -95,51 +105,159 @@ class NullKernels:
         return PrecompileReport(kernels=0, cached=0, errors={}, seconds=0.0)
 
 
-def per_call_us(fn, calls: int, repeats: int) -> float:
+def per_call_us(fn, calls: int, repeats: int, sync=None) -> float:
+    """Best of `repeats` loops of `calls` back-to-back calls, in microseconds per call; `sync` (the GPU's) ends
+    each loop, so calls still queued count."""
     fn()
+    if sync:
+        sync()
     best = float("inf")
     for _ in range(repeats):
         t = time.perf_counter()
         for _ in range(calls):
             fn()
+        if sync:
+            sync()
         best = min(best, time.perf_counter() - t)
     return best / calls * 1e6
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--calls", type=int, default=10000)
-    ap.add_argument("--repeats", type=int, default=5)
-    args = ap.parse_args(argv)
+def write_project(root: Path) -> None:
+    (root / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
+    (root / "specs").mkdir()
+    (root / "specs" / "ops.yaml").write_text(SPECS, encoding="utf-8")
+
+
+def make_inputs(device) -> dict[str, torch.Tensor]:
+    bf = torch.bfloat16
+
+    def randn(*shape, dtype=bf):
+        return torch.randn(*shape, dtype=torch.float32, device=device).to(dtype)
+
+    return {"x": randn(TOKENS, HIDDEN), "w": randn(HIDDEN, HIDDEN), "wn": torch.ones(HIDDEN, dtype=bf, device=device),
+            "r": randn(TOKENS, HIDDEN), "q": randn(TOKENS, HEADS, HEAD_DIM), "k": randn(TOKENS, KV_HEADS, HEAD_DIM),
+            "cos": randn(TOKENS, HEAD_DIM // 2, dtype=torch.float32),
+            "sin": randn(TOKENS, HEAD_DIM // 2, dtype=torch.float32),
+            "qd": randn(TOKENS, 1, HEADS, HEAD_DIM), "kd": randn(TOKENS, CACHE, KV_HEADS, HEAD_DIM)}
+
+
+def op_calls(ops, t: dict[str, torch.Tensor]) -> dict[str, tuple]:
+    """name -> (the call as a user writes it, the run_op name and argument record it makes)."""
+    from codegen.ops.adapters import AttentionArgs, GemmArgs, RopeArgs, RowArgs
+
+    return {
+        "linear": (lambda: ops.linear(t["x"], t["w"]), "gemm", GemmArgs(t["x"], t["w"], "nt", torch.bfloat16, "")),
+        "rmsnorm": (lambda: ops.rmsnorm(t["x"], t["wn"], 1e-5), "rmsnorm", RowArgs(t["x"], t["wn"], None, 1e-5)),
+        "rope": (lambda: ops.rope(t["q"], t["k"], t["cos"], t["sin"]), "rope",
+                 RopeArgs(t["q"], t["k"], t["cos"], t["sin"])),
+        "attention_decode": (lambda: ops.attention_decode(t["qd"], t["kd"], t["kd"], scale=0.125), "attention_decode",
+                             AttentionArgs(t["qd"], t["kd"], t["kd"], "none", 0.125)),
+        "add_rmsnorm": (lambda: ops.add_rmsnorm(t["x"], t["r"], t["wn"], 1e-5), "add_rmsnorm",
+                        RowArgs(t["x"], t["wn"], None, 1e-5, t["r"])),
+    }
+
+
+def cpu_main(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        (root / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
-        (root / "specs").mkdir()
-        (root / "specs" / "ops.yaml").write_text(SPECS, encoding="utf-8")
+        write_project(root)
         ops = tilegen.load(root, backend=NullKernels(), target=Target.SM_90, device_name="NVIDIA H200", strict=True)
-    bf = torch.bfloat16
-    x, w, wn = torch.randn(TOKENS, HIDDEN, dtype=bf), torch.randn(HIDDEN, HIDDEN, dtype=bf), torch.ones(HIDDEN, dtype=bf)
-    r = torch.randn(TOKENS, HIDDEN, dtype=bf)
-    q, k = torch.randn(TOKENS, HEADS, HEAD_DIM, dtype=bf), torch.randn(TOKENS, KV_HEADS, HEAD_DIM, dtype=bf)
-    cos, sin = torch.randn(TOKENS, HEAD_DIM // 2), torch.randn(TOKENS, HEAD_DIM // 2)
-    qd = torch.randn(TOKENS, 1, HEADS, HEAD_DIM, dtype=bf)
-    kd = torch.randn(TOKENS, CACHE, KV_HEADS, HEAD_DIM, dtype=bf)
-    calls = {
-        "empty loop": lambda: None,
-        "torch.empty (the output alone)": lambda: torch.empty((TOKENS, HIDDEN), dtype=bf),
-        "linear": lambda: ops.linear(x, w),
-        "rmsnorm": lambda: ops.rmsnorm(x, wn, 1e-5),
-        "rope": lambda: ops.rope(q, k, cos, sin),
-        "attention_decode": lambda: ops.attention_decode(qd, kd, kd, scale=0.125),
-    }
-    if hasattr(ops, "add_rmsnorm"):
-        calls["add_rmsnorm"] = lambda: ops.add_rmsnorm(x, r, wn, 1e-5)
+    t = make_inputs("cpu")
+    calls = {"empty loop": lambda: None,
+             "torch.empty (the output alone)": lambda: torch.empty((TOKENS, HIDDEN), dtype=torch.bfloat16)}
+    calls |= {name: user for name, (user, _, _) in op_calls(ops, t).items()}
     print(f"torch {torch.__version__}, {args.calls} calls x {args.repeats} repeats, no grad, kernels that return at once")
     print("| call | us/call |\n|---|---|")
     with torch.no_grad():
         for name, fn in calls.items():
             print(f"| {name} | {per_call_us(fn, args.calls, args.repeats):.2f} |")
     return 0
+
+
+def torch_equivalents(t: dict[str, torch.Tensor]) -> dict[str, object]:
+    """The torch op(s) doing each call's work, as a model written in torch calls them (rope: none of its own)."""
+    import torch.nn.functional as F
+
+    q_sdpa = t["qd"].transpose(1, 2).contiguous()  # [batch, heads, 1, head_dim]
+    kv_sdpa = t["kd"].transpose(1, 2).contiguous()
+    return {
+        "linear": lambda: F.linear(t["x"], t["w"]),
+        "rmsnorm": lambda: F.rms_norm(t["x"], (HIDDEN,), t["wn"], 1e-5),
+        "attention_decode": lambda: F.scaled_dot_product_attention(q_sdpa, kv_sdpa, kv_sdpa, scale=0.125,
+                                                                   enable_gqa=True),
+        "add_rmsnorm": lambda: F.rms_norm(t["x"] + t["r"], (HIDDEN,), t["wn"], 1e-5),
+    }
+
+
+def gpu_main(args) -> int:
+    import json
+
+    from codegen.ops.adapters import call_key
+
+    device = "cuda"
+    sync = torch.cuda.synchronize
+    with tempfile.TemporaryDirectory() as tmp:  # the kernels' cache lives as long as the run
+        root = Path(tmp)
+        write_project(root)
+        ops = tilegen.load(root, strict=True)
+        report = ops.precompile()
+        if report.errors:
+            print(f"compile failed: {report.errors}", file=sys.stderr)
+            return 1
+        t = make_inputs(device)
+        baselines = torch_equivalents(t)
+        rows = []
+        with torch.no_grad():
+            for name, (user, op, record) in op_calls(ops, t).items():
+                user()
+                plan = ops._hot[(op, call_key(record))]  # the plan the call just made (benchmark-only peek)
+
+                def launch(plan=plan, record=record):
+                    return plan.run(plan.kernel, plan.prepared, record, plan.shape, plan.route.run_shape)
+
+                row = {"call": name, "kernel": plan.route.kernel,
+                       "op_us": per_call_us(user, args.calls, args.repeats, sync),
+                       "launch_us": per_call_us(launch, args.calls, args.repeats, sync), "bare_us": None,
+                       "torch_us": None}
+                if op == "gemm":  # the TileLang call alone, on a prepared case and output
+                    prep, inst = plan.prepared, plan.prepared.inst
+                    case = prep.case(A=t["x"], B=t["w"], trans_a=inst.trans_a, trans_b=inst.trans_b, workspace=())
+                    out = torch.empty(prep.out_shape, dtype=torch.bfloat16, device=t["x"].device)
+                    row["bare_us"] = per_call_us(lambda prep=prep, plan=plan, case=case, out=out:
+                                                 prep.launch(plan.kernel, case, out), args.calls, args.repeats, sync)
+                if name in baselines:
+                    row["torch_us"] = per_call_us(baselines[name], args.calls, args.repeats, sync)
+                rows.append(row)
+
+    def us(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    head = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls x {args.repeats} repeats, "
+            "no grad, wall time per call of a back-to-back loop (host-bound at these shapes)")
+    md = [head, "", "| call | kernel | tilegen op us | its launch alone us | bare TileLang call us | torch us |",
+          "|---|---|---|---|---|---|"]
+    md += [f"| {r['call']} | {r['kernel']} | {us(r['op_us'])} | {us(r['launch_us'])} | {us(r['bare_us'])} | "
+           f"{us(r['torch_us'])} |" for r in rows]
+    print("\n".join(md))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ops_overhead.json").write_text(json.dumps({"header": head, "rows": rows}, indent=1) + "\n",
+                                               encoding="utf-8")
+        (out / "ops_overhead.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu", action="store_true", help="real kernels on the GPU present (compiled into a temporary cache)")
+    ap.add_argument("--calls", type=int, default=None, help="calls per loop (default: 10000 on the CPU, 2000 with --gpu)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None, help="with --gpu: write ops_overhead.json and .md here")
+    args = ap.parse_args(argv)
+    if args.calls is None:
+        args.calls = 2000 if args.gpu else 10000
+    return gpu_main(args) if args.gpu else cpu_main(args)
 
 
 if __name__ == "__main__":
