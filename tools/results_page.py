@@ -77,6 +77,8 @@ def kind_of(data) -> str:
         return "dynamic_m"
     if "cold_jobs1_s" in data:
         return "build_bench"
+    if "timings" in data and "gemms" in data and "checks" in data:
+        return "llama_layer"
     return "unknown"
 
 
@@ -255,9 +257,36 @@ def section_experiment(data) -> list[str]:
     return _table(keys, rows)
 
 
+def section_llama_layer(data) -> list[str]:
+    """examples/llama_layer/run.py: the checks' verdict, the layer's times and its GEMMs through dispatch."""
+    m = data.get("model", {})
+    checks = data.get("checks", [])
+    fails = [c["name"] for c in checks if (c.get("control") and not c.get("caught"))
+             or (not c.get("control") and not c.get("passed"))]
+    out = [(f"transformers' LlamaDecoderLayer (hidden {m.get('hidden')}, {m.get('heads')} / {m.get('kv_heads')} heads, "
+            f"MLP {m.get('mlp')}) on tilegen ops: {'**PASS**' if data.get('passed') else '**FAIL**'} -- "
+            f"{len(checks)} checks against the fp32 reference" + (f", failing: {', '.join(fails)}" if fails else "")
+            + ". Times are medians of one run; ratios are against transformers' own layer in the same run."), ""]
+    out += _table(["phase", "layer", "mode", "ms", "vs transformers eager", "vs transformers compile"],
+                  [[t["phase"], t["layer"], t["mode"], _ms(t.get("median_ms")), t.get("vs_transformers_eager", ""),
+                    t.get("vs_transformers_compile", "")] for t in data.get("timings", []) if "median_ms" in t])
+    out += ["", "The layer's GEMMs through dispatch against cuBLAS (eager calls; and one call replayed as a CUDA graph, "
+            "the kernel's own time, where the report has it):", ""]
+    out += _table(["phase", "shape", "route", "kernel", "vs cuBLAS (eager)", "vs cuBLAS (graphs)"],
+                  [[g["phase"], _shape(g["shape"]), g["route"], g["kernel"], _x(g.get("vs_cublas")),
+                    _x(g.get("vs_cublas_graph")) if "vs_cublas_graph" in g else "-"] for g in data.get("gemms", [])])
+    fused = data.get("fused_gemms", [])
+    if fused:
+        out += ["", "The fused GEMMs against the unfused torch sequence they replace:", ""]
+        out += _table(["phase", "op", "computes", "shape", "kernel", "vs torch eager"],
+                      [[f["phase"], f["op"], f["computes"], _shape(f["shape"]), f["kernel"], _x(f.get("vs_torch"))]
+                       for f in fused])
+    return out
+
+
 SECTIONS = {"verify": section_verify, "bench": section_bench, "static": section_static, "sass": section_sass,
             "tune": section_tune, "profile": section_profile, "dynamic_m": section_dynamic_m,
-            "build_bench": section_build_bench, "experiment": section_experiment}
+            "build_bench": section_build_bench, "experiment": section_experiment, "llama_layer": section_llama_layer}
 
 
 def render(root: Path) -> str:
