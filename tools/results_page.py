@@ -270,8 +270,8 @@ def section_llama_layer(data) -> list[str]:
     out += _table(["phase", "layer", "mode", "ms", "vs transformers eager", "vs transformers compile"],
                   [[t["phase"], t["layer"], t["mode"], _ms(t.get("median_ms")), t.get("vs_transformers_eager", ""),
                     t.get("vs_transformers_compile", "")] for t in data.get("timings", []) if "median_ms" in t])
-    out += ["", "The layer's GEMMs through dispatch against cuBLAS (eager calls; and one call replayed as a CUDA graph, "
-            "the kernel's own time, where the report has it):", ""]
+    out += ["", ("The layer's GEMMs through dispatch against cuBLAS (eager calls; and one call replayed as a CUDA graph, "
+                 "the kernel's own time, where the report has it):"), ""]
     out += _table(["phase", "shape", "route", "kernel", "vs cuBLAS (eager)", "vs cuBLAS (graphs)"],
                   [[g["phase"], _shape(g["shape"]), g["route"], g["kernel"], _x(g.get("vs_cublas")),
                     _x(g.get("vs_cublas_graph")) if "vs_cublas_graph" in g else "-"] for g in data.get("gemms", [])])
