@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 from numcheck import check_output
+from seeds import hand_files
 from spectext import FILE, edit, errors
 
 from codegen.core.hardware import DType, Target
@@ -20,7 +21,6 @@ from codegen.families.norm.numerics import MIN_SCALE, normalised_reference, quan
 from codegen.families.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF
 from codegen.generate.instance import build_instances
 from codegen.generate.lower import lower
-from codegen.generate.pipeline import Project
 from codegen.generate.render import render, render_all
 from codegen.run.verify import judge_chunks
 from codegen.spec.load import parse_specs
@@ -58,7 +58,7 @@ SOFTMAX = """\
 
 FUSED = ("rmsnorm_bf16_add", "rmsnorm_fp16_add", "layernorm_bf16_add", "layernorm_fp16_add", "rmsnorm_bf16_fp8",
          "rmsnorm_bf16_add_fp8", "softmax_fp16_scale_mask", "softmax_bf16_scale_bcast")
-FILES = {(f.instance.name, f.instance.target.value): f for f in Project().rendered() if f.instance.name in FUSED}
+FILES = {(f.instance.name, f.instance.target.value): f for f in hand_files() if f.instance.name in FUSED}
 
 
 def _files(text: str):
@@ -494,7 +494,7 @@ def test_byte_formulas_count_what_the_kernel_and_the_unfused_sequence_move():
     assert sfam.bytes(sm, (rows, cols)) == 3 * n * 2  # X and the mask read, Y written
     assert sfam.bytes(bc, (rows, cols)) == 2 * n * 2 + cols * 2
     assert sfam.baseline_bytes(sm, (rows, cols)) == {"eager": (2 + 2 + 3) * n * 2}  # * scale, + mask, softmax
-    plain = next(f.instance for f in Project().rendered() if f.instance.name == "rmsnorm_bf16")
+    plain = next(f.instance for f in hand_files() if f.instance.name == "rmsnorm_bf16")
     assert fam.baseline_bytes(plain, (rows, cols)) == {}
 
 

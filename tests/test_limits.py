@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from seeds import hand_files
 from spectext import FILE, edit, errors
 
 from codegen.core.errors import TilegenError
@@ -213,9 +214,8 @@ INDEX_CASES = [
 
 @pytest.fixture(scope="module")
 def committed():
-    from codegen.generate.pipeline import Project
 
-    return {(f.instance.name, f.instance.target.value): f for f in Project().rendered()}
+    return {(f.instance.name, f.instance.target.value): f for f in hand_files()}
 
 
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 from numcheck import check_output
+from seeds import hand_files
 from spectext import FILE, REPO_ROOT, check_rule_case, edit, errors
 
 from codegen.build.compile import BuildOptions, build_files
@@ -41,7 +42,7 @@ BASE = """\
 """
 
 SEED = "gemm_fp16_nt_persistent"
-SEED_FILES = {f.instance.target: f for f in Project().rendered() if SEED in f.names}
+SEED_FILES = {f.instance.target: f for f in hand_files() if SEED in f.names}
 
 
 def files(text: str = BASE):

@@ -11,6 +11,7 @@ import re
 import pytest
 import torch
 from numcheck import check_output
+from seeds import hand_files
 from spectext import FILE, edit, errors
 
 from codegen.families import derived_shapes, family
@@ -18,7 +19,6 @@ from codegen.families.rope.numerics import NUMERICS as ROPE
 from codegen.families.rope.numerics import rope32
 from codegen.generate.instance import build_instances
 from codegen.generate.lower import lower
-from codegen.generate.pipeline import Project
 from codegen.generate.render import render_all
 from codegen.spec.load import parse_specs
 
@@ -114,7 +114,7 @@ def test_distinct_instances_get_distinct_uris():
 
 # ---- rendering and lowering -----------------------------------------------------------------------
 
-FILES = {(f.instance.name, f.instance.target.value): f for f in Project().rendered() if f.instance.op == "rope"}
+FILES = {(f.instance.name, f.instance.target.value): f for f in hand_files() if f.instance.op == "rope"}
 
 
 def _lowered(text: str, target: str, shape: tuple[int, int, int]) -> str:
