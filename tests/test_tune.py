@@ -367,6 +367,8 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
                           devices=("0",))
     doc, entries = measure(result, gpu, budget_s=600, jobs=1, timeout_s=10)
     assert [d["uri"] for d in doc["not_selectable"]] == [bad]
+    # where the time went: verifying, then each bench round
+    assert 0 <= doc["verify_s"] <= doc["wall_s"] and all(r["seconds"] >= 0 for r in doc["rounds"])
     # three verified candidates: halving keeps the better half (fastest) and the hand configuration, no fewer
     assert rounds == [sorted([fastest, second, part.hand.uri])]
     assert [e.shape for e in entries] == [(256, 256, 256), (512, 256, 256)]

@@ -208,7 +208,9 @@ def section_tune(data) -> list[str]:
     m = data.get("measured")
     if isinstance(m, dict):
         v = m.get("versions", {})
-        out += [f"Measured on {m.get('device')} ({m.get('gpus', 1)} GPU), {m.get('wall_s')} s, budget "
+        split = (f" ({m['verify_s']} s compiling and verifying, then {len(m.get('rounds', []))} bench rounds)"
+                 if "verify_s" in m else "")
+        out += [f"Measured on {m.get('device')} ({m.get('gpus', 1)} GPU), {m.get('wall_s')} s{split}, budget "
                 f"{m.get('budget_s')} s, {len(m.get('verified', []))} candidates verified first; "
                 + ", ".join(f"{k} {v[k]}" for k in sorted(v)) + ".", ""]
         rows = []

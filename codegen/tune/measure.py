@@ -57,6 +57,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     files = {p.uri: result.part.files[p.uri] for p in survivors}
     t0 = time.monotonic()
     vrep = verify_all(list(files.values()), gpu, jobs=jobs, timeout_s=timeout_s, ray=ray, on_event=on_event)
+    verify_s = time.monotonic() - t0  # compiling the survivors and running every case (where a tune's time goes)
     statuses: dict[str, Counter] = {u: Counter() for u in files}
     first_error: dict[str, str] = {}
     for c in vrep.cases:
@@ -103,6 +104,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
 
         alive.sort(key=lambda p: (score(p), p.uri))
         rounds.append({"candidates": len(alive), "elapsed_s": round(time.monotonic() - start, 1),
+                       "seconds": round(time.monotonic() - round_start, 1),
                        "scores": {p.uri: round(score(p), 4) for p in alive}})
         if len(alive) <= 2:
             break
@@ -133,6 +135,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
                                  winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY))
     doc = {"device": gpu.name, "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
+           "verify_s": round(verify_s, 1),
            "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
            "verified": sorted(good), "not_selectable": not_selectable,
            "bench_errors": dict(sorted(bench_errors.items())), "rounds": rounds, "shapes": per_shape,
