@@ -343,7 +343,8 @@ def test_results_page_is_what_the_json_gives():
 def test_results_page_marks_static_and_measured():
     mod = _results_page_module()
     text = mod.render(ROOT)
-    index = dict(re.findall(r"^\| \[([^\]]+)\]\([^)]*\) \| ([^|]+) \|", text, re.MULTILINE))
+    section = text.split("\n## Index\n", 1)[1].split("\n## ", 1)[0]  # the index table, not the tuned-kernels one
+    index = dict(re.findall(r"^\| \[([^\]]+)\]\([^)]*\) \| ([^|]+) \|", section, re.MULTILINE))
     assert index["static/gfx942.json"].startswith("static (gfx942 ISA)")
     assert index["static/sm_90.json"].startswith("static")
     assert index["h200/bench.json"].strip() == "measured (NVIDIA H200)"

@@ -286,6 +286,29 @@ def section_llama_layer(data) -> list[str]:
     return out
 
 
+def tuned_summary(entries) -> list[str]:
+    """One row per tuned (spec, shape) of every measured tune report: the winner against the hand configuration
+    and each torch baseline timed in the same run (for GEMM, eager is cuBLAS; for attention, sdpa_* are SDPA's
+    backends), and the commit the tune ran at."""
+    rows = []
+    for rel, kind, data, prov in entries:
+        m = data.get("measured") if kind == "tune" else None
+        if not isinstance(m, dict):
+            continue
+        for sh in m.get("shapes", []):
+            base = sh.get("speedup_vs_baselines", {})
+            rows.append([f"[{data['spec']}](#{_anchor(rel)})", data["target"], _shape(sh["shape"]),
+                         (sh.get("winner") or {}).get("uri", ""), _x(sh.get("speedup_vs_hand")),
+                         "; ".join(f"{k} {_x(v)}" for k, v in sorted(base.items())), prov["commit"]])
+    if not rows:
+        return []
+    return ["## Tuned kernels", "",
+            ("What `tilegen tune` measured, per tuned shape: the winner (now in the lockfile, `tuned/`) against the "
+             "spec's hand configuration and against torch, all timed in one run (L2 flushed, medians). Speed-up = "
+             "the other's time / the winner's."), "",
+            *_table(["spec", "target", "shape", "winner", "vs hand", "vs torch (same run)", "commit"], rows), ""]
+
+
 SECTIONS = {"verify": section_verify, "bench": section_bench, "static": section_static, "sass": section_sass,
             "tune": section_tune, "profile": section_profile, "dynamic_m": section_dynamic_m,
             "build_bench": section_build_bench, "experiment": section_experiment, "llama_layer": section_llama_layer}
@@ -323,6 +346,9 @@ def render(root: Path) -> str:
         "`TILEGEN_GIT_COMMIT`); where a report records no command or commit, `reports/provenance.json`",
         "gives it; otherwise it is shown as not recorded.",
         "",
+    ]
+    lines += tuned_summary(entries)
+    lines += [
         "## Index",
         "",
     ]
