@@ -35,6 +35,22 @@ def test_row_sweep_variants_are_legal_or_listed_with_their_rule():
     assert all(f.instance.unroll == 1 for f in files if f.instance.variant in ("online", "registers"))
 
 
+def test_decode_split_sweep_writes_one_legal_decode_kernel_per_split():
+    from codegen.generate.instance import build_instances
+    from codegen.generate.render import render_all
+    from codegen.spec.load import parse_specs
+
+    s = _load("sweep_decode_split_sm90")
+    batches, lengths = [1, 8, 64], [4096, 32768]
+    for split in (1, 2, 32):
+        (f,) = render_all(build_instances(parse_specs(s.spec(split, batches, lengths), "<sweep>")))
+        inst = f.instance
+        assert inst.variant.value == "decode" and inst.split_kv == split and inst.target.value == "sm_90"
+        assert inst.shapes == tuple((b, s.HEADS, s.KV_HEADS, 1, n) for n in lengths for b in batches)
+        # the split kernel's workgroups (what the sweep reports beside the SMs): splits x K/V heads x batch
+        assert [inst.launch_grids(sh)[0] for sh in inst.shapes[:3]] == [(split, s.KV_HEADS, b) for b in batches]
+
+
 def test_dynamic_m_benchmark_pairs_the_dynamic_kernel_with_its_static_twin():
     from codegen.core.hardware import Target
     from codegen.generate.pipeline import Project
