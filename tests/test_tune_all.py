@@ -119,3 +119,44 @@ def test_tune_check_lists_untuned_shapes_and_fails_only_on_stale_entries_or_with
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(stale,)))
     result = check()
     assert result.exit_code == 1 and "stale: versions changed: tilelang 0.0.1" in result.output
+
+
+def test_tune_merge_brings_a_lockfile_measured_elsewhere_into_the_project(tmp_path):
+    """Two runs measured apart (two machines, two copies of the project): --merge unions their entries into the
+    project's lockfile of their target and device, the later file winning a shape both have; a file that is not
+    a valid lockfile stops the merge before anything is written."""
+    import json
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from codegen.cli.main import app
+    from codegen.generate.lockfile import read_lockfile
+
+    (tmp_path / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "x.yaml").write_text(SM90, encoding="utf-8")
+    ls = loaded(SM90)
+    a = _entry(ls, spec="g", winner=_candidate(ls, 3, 0.02))
+    b = replace(a, shape=(512, 256, 256))
+    a_faster = replace(a, winner=_candidate(ls, 3, 0.01))
+    first, second, bad = tmp_path / "run1.json", tmp_path / "run2.json", tmp_path / "bad.json"
+    write_lockfile(first, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(a, b)))
+    write_lockfile(second, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(a_faster,)))
+    bad.write_text(json.dumps({"format": 1}), encoding="utf-8")
+    runner = CliRunner()
+
+    def merge(*files):
+        return runner.invoke(app, ["--project", str(tmp_path), "tune", *(x for f in files for x in ("--merge", str(f)))])
+
+    mine = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
+    refused = merge(first, bad)
+    assert refused.exit_code == 1 and "bad.json" in refused.output and not mine.exists()
+    result = merge(first, second)
+    assert result.exit_code == 0, result.output
+    lock = read_lockfile(mine, target=Target.SM_90)
+    assert sorted((e.shape, e.winner.time_ms) for e in lock.entries) == [(a.shape, 0.01), (b.shape, 0.02)]
+    assert "3 entries merged, 2 in all" in result.output
+    again = merge(second)
+    assert again.exit_code == 0 and "(unchanged)" in again.output
+    assert runner.invoke(app, ["--project", str(tmp_path), "tune", "g", "--merge", str(first)]).exit_code == 2

@@ -396,12 +396,22 @@ def tune(
     max_points: Annotated[int, typer.Option(
         "--max-points", min=1, help="Refuse a search space of more points than this, before expanding it "
                                     "(docs/limits.md).")] = MAX_POINTS,
+    merge: Annotated[list[Path] | None, typer.Option(
+        "--merge", help="Merge this lockfile, measured elsewhere, into the project's of its target and device "
+                        "(repeatable; the later file wins a shape both have).", show_default=False)] = None,
 ) -> None:
     """Search a spec's `search:` space (rules, real builds, static rank or measured selection) into the lockfile."""
     from codegen.build.compile import BuildOptions
-    from codegen.cli.tune import run_check, run_tune
+    from codegen.cli.tune import run_check, run_merge, run_tune
 
     project = _project()
+    if merge:
+        if name or check or all_ or static:
+            err.print("error: --merge only merges lockfiles: give no NAME, --check, --all or --static with it",
+                      markup=False)
+            raise typer.Exit(2)
+        _run(lambda: run_merge(project, list(merge), err=err))
+        return
     if check:
         if not _run(lambda: run_check(project, target, out=out, err=err, strict=strict)):
             raise typer.Exit(1)

@@ -4,6 +4,7 @@ measured survivors, the reports and the lockfile written; and `tune --check`."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from rich.console import Console
 
@@ -109,6 +110,34 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             err.print(f"wrote {p.relative_to(project.root)}", markup=False)
         results.append(replace(result, written=written))
     return results
+
+
+def run_merge(project: Project, files: list[Path], *, err: Console) -> list[Path]:
+    """`tilegen tune --merge FILE...`: lockfiles measured elsewhere (another machine, a copy of the project)
+    merged into this project's lockfile of the same target and device, tuned/<target>/<device>.json. Every file
+    is read and validated first (a refused one stops the merge before anything is written); an entry replaces
+    this project's entry of the same spec, hand configuration and shape, the later file winning. Each lockfile is
+    written atomically. Returns the lockfiles written."""
+    incoming = [(f, read_lockfile(f, shown=f.as_posix())) for f in files]
+    merged: dict[Path, LockFile] = {}
+    counts: dict[Path, int] = {}
+    for f, lock in incoming:
+        path = project.path(lock_path(project.root, lock.target, lock.device).relative_to(project.root))
+        if path not in merged:
+            shown = path.relative_to(project.root).as_posix()
+            merged[path] = (read_lockfile(path, shown=shown, target=lock.target) if path.exists() or path.is_symlink()
+                            else LockFile(target=lock.target, device=lock.device))
+        merged[path] = merged[path].merged(list(lock.entries))
+        counts[path] = counts.get(path, 0) + len(lock.entries)
+    written = []
+    for path, lock in merged.items():
+        changed = write_lockfile(path, lock)
+        shown = path.relative_to(project.root).as_posix()
+        err.print(f"{shown}: {counts[path]} entries merged, {len(lock.entries)} in all"
+                  + ("" if changed else " (unchanged)") + "; `tilegen gen` emits the tuned kernels", markup=False)
+        if changed:
+            written.append(path)
+    return written
 
 
 def _lock_to_merge(project: Project, target: Target, gpu) -> tuple:
