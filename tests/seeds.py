@@ -7,10 +7,5 @@ from codegen.generate.pipeline import Project
 from codegen.generate.render import RenderedFile
 
 
-def is_hand(f: RenderedFile) -> bool:
-    """Whether some spec asks for this kernel as its hand configuration (not only a lockfile's winner)."""
-    return any(not ref.tuned_on for ref in f.specs)
-
-
 def hand_files(project: Project | None = None) -> list[RenderedFile]:
-    return [f for f in (project or Project()).rendered() if is_hand(f)]
+    return [f for f in (project or Project()).rendered() if f.is_hand]

@@ -18,7 +18,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from seeds import is_hand
 from typer.testing import CliRunner
 
 from codegen.build import compile as build_mod
@@ -386,8 +385,8 @@ def test_committed_report_covers_the_committed_instances(target):
 AVAILABLE = tuple(t for t, missing in ((Target.GFX942, GFX942_MISSING), (Target.SM_90, NVCC_MISSING)) if missing is None)
 # the hand configurations: a tuned winner is built by `tilegen build --all --write-report` (the committed report,
 # test_committed_report_covers_the_committed_instances) and was verified on its GPU when it was tuned
-GFX942_FILES = [f for f in PROJECT.rendered(targets=[Target.GFX942]) if is_hand(f)]
-SM90_FILES = [f for f in PROJECT.rendered(targets=[Target.SM_90]) if is_hand(f)]
+GFX942_FILES = [f for f in PROJECT.rendered(targets=[Target.GFX942]) if f.is_hand]
+SM90_FILES = [f for f in PROJECT.rendered(targets=[Target.SM_90]) if f.is_hand]
 
 
 @pytest.fixture(scope="session")
@@ -471,7 +470,7 @@ def _warm_build_in_subprocess(cache: Path, code: str) -> subprocess.CompletedPro
         "if __name__ == '__main__':\n"
         f"    targets = [Target(t) for t in {[t.value for t in AVAILABLE]!r}]\n"
         "    project = Project()\n"
-        "    files = [f for f in project.rendered(targets=targets) if any(not r.tuned_on for r in f.specs)]\n"
+        "    files = [f for f in project.rendered(targets=targets) if f.is_hand]\n"
         f"    report = build_files(files, project.root, BuildOptions(first_shape=True, cache_dir=Path({str(cache)!r})))\n"
         f"{code}"
     )

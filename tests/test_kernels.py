@@ -13,7 +13,6 @@ once, in parallel, before the first GPU test, and kernels run in a contained wor
 import os
 
 import pytest
-from seeds import is_hand
 
 from codegen.families import derived_shapes
 from codegen.generate.pipeline import Project
@@ -34,7 +33,7 @@ def _shapes(inst):
 
 GRID = [(f, s) for f in FILES for s in _shapes(f.instance)]
 IDS = [f"{f.uri}-{'x'.join(map(str, s))}" for f, s in GRID]
-LOWER_GRID = [(f, s) for f, s in GRID if is_hand(f) or s == _shapes(f.instance)[0]]
+LOWER_GRID = [(f, s) for f, s in GRID if f.is_hand or s == _shapes(f.instance)[0]]
 
 
 @pytest.mark.parametrize(("rendered", "shape"), LOWER_GRID, ids=[f"{f.uri}-{'x'.join(map(str, s))}" for f, s in LOWER_GRID])

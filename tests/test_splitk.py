@@ -169,7 +169,7 @@ def test_lowered_kernels_split_k_along_z_and_sum_without_atomics(target, tail):
 SEEDS = ("gemm_fp16_splitk_narrow", "gemm_bf16_splitk_deep", "gemm_fp16_splitk_decode")
 RENDERED = [f for f in Project().rendered() if f.instance.name in SEEDS]
 INSTANCES = [f.instance for f in RENDERED]  # the hand configurations and the tuned winners
-HAND = [f.instance for f in RENDERED if any(not ref.tuned_on for ref in f.specs)]
+HAND = [f.instance for f in RENDERED if f.is_hand]
 
 
 def test_the_seeds_are_split():

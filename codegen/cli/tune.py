@@ -118,38 +118,37 @@ def run_merge(project: Project, files: list[Path], *, err: Console) -> list[Path
     is read and validated first (a refused one stops the merge before anything is written); an entry replaces
     this project's entry of the same spec, hand configuration and shape, the later file winning. Each lockfile is
     written atomically. Returns the lockfiles written."""
-    incoming = [(f, read_lockfile(f, shown=f.as_posix())) for f in files]
-    merged: dict[Path, LockFile] = {}
-    counts: dict[Path, int] = {}
-    for f, lock in incoming:
-        path = project.path(lock_path(project.root, lock.target, lock.device).relative_to(project.root))
-        if path not in merged:
-            shown = path.relative_to(project.root).as_posix()
-            merged[path] = (read_lockfile(path, shown=shown, target=lock.target) if path.exists() or path.is_symlink()
-                            else LockFile(target=lock.target, device=lock.device))
-        merged[path] = merged[path].merged(list(lock.entries))
-        counts[path] = counts.get(path, 0) + len(lock.entries)
+    incoming = [read_lockfile(f, shown=f.as_posix()) for f in files]
+    merged: dict[tuple[Target, str], tuple[Path, LockFile, int]] = {}  # (target, device) -> path, lockfile, merged
+    for lock in incoming:
+        key = (lock.target, lock.device)
+        path, mine, n = merged[key] if key in merged else (*_project_lock(project, *key), 0)
+        merged[key] = (path, mine.merged(list(lock.entries)), n + len(lock.entries))
     written = []
-    for path, lock in merged.items():
+    for path, lock, n in merged.values():
         changed = write_lockfile(path, lock)
-        shown = path.relative_to(project.root).as_posix()
-        err.print(f"{shown}: {counts[path]} entries merged, {len(lock.entries)} in all"
+        err.print(f"{path.relative_to(project.root).as_posix()}: {n} entries merged, {len(lock.entries)} in all"
                   + ("" if changed else " (unchanged)") + "; `tilegen gen` emits the tuned kernels", markup=False)
         if changed:
             written.append(path)
     return written
 
 
-def _lock_to_merge(project: Project, target: Target, gpu) -> tuple:
-    """(path, lockfile) that a measured tune of `target` on `gpu` merges its entries into: the existing one,
-    validated (a file that is not a valid lockfile of this GPU is refused before anything is measured), or a
-    new, empty one."""
-    path = project.path(lock_path(project.root, target, gpu.name).relative_to(project.root))
-    shown = path.relative_to(project.root).as_posix()
+def _project_lock(project: Project, target: Target, device: str) -> tuple[Path, LockFile]:
+    """(path, lockfile) of the project's lockfile of `target` and `device`: the existing one, validated, or a new,
+    empty one."""
+    path = project.path(lock_path(project.root, target, device).relative_to(project.root))
     if not path.exists() and not path.is_symlink():
-        return path, LockFile(target=target, device=gpu.name)
-    lock = read_lockfile(path, shown=shown, target=target)
-    check_present(lock, shown, (gpu.name, gpu.run_target))
+        return path, LockFile(target=target, device=device)
+    return path, read_lockfile(path, shown=path.relative_to(project.root).as_posix(), target=target)
+
+
+def _lock_to_merge(project: Project, target: Target, gpu) -> tuple[Path, LockFile]:
+    """(path, lockfile) that a measured tune of `target` on `gpu` merges its entries into (_project_lock), checked
+    against this GPU: a file that is not a valid lockfile of it is refused before anything is measured."""
+    path, lock = _project_lock(project, target, gpu.name)
+    if path.exists() or path.is_symlink():  # a new, empty one has nothing to check
+        check_present(lock, path.relative_to(project.root).as_posix(), (gpu.name, gpu.run_target))
     return path, lock
 
 

@@ -51,6 +51,11 @@ class RenderedFile:
     def names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.specs)
 
+    @property
+    def is_hand(self) -> bool:
+        """Whether some spec asks for this kernel as its hand configuration (not only a lockfile's winner)."""
+        return any(not s.tuned_on for s in self.specs)
+
     def for_spec(self, name: str) -> RenderedFile:
         """This kernel with only the shapes spec `name` asked for (its workload when selected by that name)."""
         refs = tuple(s for s in self.specs if s.name == name)  # its hand configuration, tuned shapes, or both
