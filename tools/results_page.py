@@ -63,6 +63,8 @@ def kind_of(data) -> str:
         return "unknown"
     if "cases" in data and "environment" in data:
         return "verify"
+    if "rows" in data and "copy_gbps" in data and "sms" in data:
+        return "split_sweep"
     if "rows" in data and "copy_gbps" in data:
         return "bench"
     if "builds" in data and str(data.get("source", "")).startswith("sass"):
@@ -259,6 +261,23 @@ def section_experiment(data) -> list[str]:
     return _table(keys, rows)
 
 
+def section_split_sweep(data) -> list[str]:
+    """benchmarks/sweep_decode_split_sm90.py: decode attention's split_kv against batch and KV length."""
+    rows = sorted(data["rows"], key=lambda r: (r["seq_kv"], r["batch"], r["split_kv"]))
+    best = {}
+    for r in rows:
+        key = (r["batch"], r["seq_kv"])
+        if "ms" in r and (key not in best or r["ms"] < best[key]["ms"]):
+            best[key] = r
+    out = [(f"{data['sms']} SMs; copy bandwidth measured in the same run: {data['copy_gbps']:.0f} GB/s. "
+            "Workgroups = split_kv x K/V heads x row blocks x batch; `best`: the fastest split of its shape."), ""]
+    return out + _table(["batch", "seq_kv", "split_kv", "workgroups", "status", "ms", "% copy BW", "vs sdpa_cudnn",
+                         "best"],
+                        [[r["batch"], r["seq_kv"], r["split_kv"], r["workgroups"], r["status"], _ms(r.get("ms")),
+                          _pct(r.get("pct_copy")), _x(r.get("vs", {}).get("sdpa_cudnn")),
+                          "yes" if best.get((r["batch"], r["seq_kv"])) is r else ""] for r in rows])
+
+
 def section_llama_layer(data) -> list[str]:
     """examples/llama_layer/run.py: the checks' verdict, the layer's times and its GEMMs through dispatch."""
     m = data.get("model", {})
@@ -311,7 +330,8 @@ def tuned_summary(entries) -> list[str]:
 
 SECTIONS = {"verify": section_verify, "bench": section_bench, "static": section_static, "sass": section_sass,
             "tune": section_tune, "profile": section_profile, "dynamic_m": section_dynamic_m,
-            "build_bench": section_build_bench, "experiment": section_experiment, "llama_layer": section_llama_layer}
+            "build_bench": section_build_bench, "experiment": section_experiment, "llama_layer": section_llama_layer,
+            "split_sweep": section_split_sweep}
 
 
 def render(root: Path) -> str:

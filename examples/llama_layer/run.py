@@ -343,9 +343,11 @@ def versions() -> dict[str, str]:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             out[pkg] = "not installed"
+    # TILEGEN_GIT_COMMIT first: a copy of the tree run elsewhere may carry a stale .git (codegen.run.report's rule)
+    out["commit"] = os.environ.get("TILEGEN_GIT_COMMIT", "")
     try:
-        out["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                       check=False).stdout.strip()
+        out["commit"] = out["commit"] or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                                        text=True, check=False).stdout.strip() or "unknown"
     except OSError:
         out["commit"] = "unknown"
     return out
