@@ -9,7 +9,8 @@ seeds), written in memory and validated like any spec, at every (batch, seq_kv).
 in parallel, verified (one seed, negative controls) and timed with `tilegen bench`'s method (L2 flushed, median);
 torch's baselines (SDPA's cuDNN and flash backends, torch.compile) are timed once per shape, beside split_kv 1. A
 kernel that fails verification is listed as failed and not timed. Each row gives the split's workgroups (splits x
-K/V heads x row blocks x batch) against the SMs, which a rule would read. Writes sweep.json and sweep.md to --out.
+K/V heads x row blocks x batch) against the SMs, which a rule would read. Writes sweep.json and sweep.md to --out
+after every timed row, marked partial until the sweep ends (a run cut short keeps what it measured).
 """
 
 from __future__ import annotations
@@ -82,6 +83,14 @@ def main() -> int:
             row |= {"ms": bench.kernel.median_ms, "pct_copy": bench.pct_copy_bw,
                     "baselines_ms": {k: t.median_ms for k, t in bench.baselines.items()}}
             print(row, flush=True)
+            write(args, gpu.name, copy_gbps, sms, rows, partial=True)  # a run cut short keeps what it measured
+    write(args, gpu.name, copy_gbps, sms, rows, partial=False)
+    return 0
+
+
+def write(args, device: str, copy_gbps: float, sms: int, rows: list[dict], partial: bool) -> None:
+    """sweep.json and sweep.md under --out from the rows so far (`partial`: the sweep has not finished)."""
+    rows = [dict(r) for r in rows]
     for r in rows:  # each shape's baselines (timed beside its smallest split) against every split
         base = next((q.get("baselines_ms") for q in rows if (q["batch"], q["seq_kv"]) == (r["batch"], r["seq_kv"])
                      and q.get("baselines_ms")), None) or {}
@@ -92,9 +101,9 @@ def main() -> int:
         key = (r["batch"], r["seq_kv"])
         if "ms" in r and (key not in best or r["ms"] < best[key]["ms"]):
             best[key] = r
-    md = [(f"Decode attention split_kv sweep on {gpu.name} (fp16, d{HEAD_DIM}, {HEADS}/{KV_HEADS} heads, one query, "
+    md = [(f"Decode attention split_kv sweep on {device} (fp16, d{HEAD_DIM}, {HEADS}/{KV_HEADS} heads, one query, "
            f"{BLOCK_M}x{BLOCK_N} tile, {THREADS} threads; {sms} SMs; copy {copy_gbps:.0f} GB/s in the same run). "
-           "`best`: the fastest split of its shape."), "",
+           "`best`: the fastest split of its shape." + (" Partial: the sweep had not finished." if partial else "")), "",
           "| batch | seq_kv | split_kv | workgroups | status | ms | % copy | vs sdpa_cudnn | vs sdpa_flash | best |",
           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["seq_kv"], r["batch"], r["split_kv"])):
@@ -105,14 +114,14 @@ def main() -> int:
         md.append(f"| {r['batch']} | {r['seq_kv']} | {r['split_kv']} | {r['workgroups']} | {r['status']} | "
                   + " | ".join(cells) + f" | {mark} |")
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"device": gpu.name, "copy_gbps": copy_gbps, "sms": sms, "rows": rows,
+    doc = {"device": device, "copy_gbps": copy_gbps, "sms": sms, "rows": rows, "partial": partial,
            "command": "python3 benchmarks/sweep_decode_split_sm90.py " + " ".join(
                f"--{k.replace('_', '-')} {' '.join(map(str, v))}" for k, v in
                (("splits", args.splits), ("batches", args.batches), ("seq_kv", args.seq_kv)))}
     (args.out / "sweep.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     (args.out / "sweep.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    print("\n".join(md))
-    return 0
+    if not partial:
+        print("\n".join(md))
 
 
 if __name__ == "__main__":

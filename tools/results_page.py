@@ -270,7 +270,8 @@ def section_split_sweep(data) -> list[str]:
         if "ms" in r and (key not in best or r["ms"] < best[key]["ms"]):
             best[key] = r
     out = [(f"{data['sms']} SMs; copy bandwidth measured in the same run: {data['copy_gbps']:.0f} GB/s. "
-            "Workgroups = split_kv x K/V heads x row blocks x batch; `best`: the fastest split of its shape."), ""]
+            "Workgroups = split_kv x K/V heads x row blocks x batch; `best`: the fastest split of its shape."
+            + (" Partial: the sweep had not finished." if data.get("partial") else "")), ""]
     return out + _table(["batch", "seq_kv", "split_kv", "workgroups", "status", "ms", "% copy BW", "vs sdpa_cudnn",
                          "best"],
                         [[r["batch"], r["seq_kv"], r["split_kv"], r["workgroups"], r["status"], _ms(r.get("ms")),
