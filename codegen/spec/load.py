@@ -127,11 +127,13 @@ def _pydantic_errors(exc: ValidationError, model: type[BaseModel], entry, doc: S
         shown = where if value is _ABSENT or isinstance(value, (dict, list)) or is_key else f"{where}={_short(value)}"
         msg = _MESSAGES.get(err["type"], err["msg"].removeprefix("Value error, "))
         errors.append(SpecError(doc.locate(base + path, key=is_key), f"{shown}: {msg}", err["type"]))
-    # one error per location is enough (pydantic may report each union member)
+    # one error per location and value is enough: pydantic reports each union member's (`split_kv: 0` fails both
+    # the integer's bound and the 'auto' literal); the first member's is kept
     seen, unique = set(), []
     for e in errors:
-        if str(e) not in seen:
-            seen.add(str(e))
+        key = (str(e.location), str(e).removeprefix(f"{e.location}: ").split(": ", 1)[0])  # where, "path=value"
+        if key not in seen:
+            seen.add(key)
             unique.append(e)
     return unique
 

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.attention.rules import (
     FA3_PRODUCER_THREADS,
     NAMED_BARRIERS,
+    SPLIT_KV_AUTO_WAVES,
     VECTOR_BYTES,
     WARP_SPECIALIZED,
     WS_PRODUCER_NREG,
     WS_ROWS_PER_CONSUMER,
     WS_WARPGROUP_THREADS,
+    attention_kv_blocks,
     attention_lds_bytes,
+    auto_split_kv,
     v_layout_rows,
     ws_consumer_nreg,
     ws_consumers,
@@ -71,7 +75,7 @@ class AttentionInstance(InstanceBase):
     head_dim: int
     mask: CausalMask  # none, top_left (query i sees keys j <= i), bottom_right (j <= i + seq_kv - seq_q)
     variant: AttentionVariant
-    split_kv: int  # decode: splits of the KV sequence (1 for prefill)
+    split_kv: int  # decode: splits of the KV sequence when fixed (1 for prefill); see split_wave
     softmax_scale: float  # resolved: the spec's, or 1/sqrt(head_dim)
     block_m: int
     block_n: int
@@ -97,6 +101,11 @@ class AttentionInstance(InstanceBase):
     lds_bytes: int
     tilelang_target: tuple[tuple[str, str], ...]
     uses_rocm_gemm: bool  # the target's gemm_fn is tilelang.rocm.language.gemm, not T.gemm
+    # decode, split_kv auto: the workgroups of one wave (the target's CUs/SMs, one workgroup each) that the splits
+    # fill per shape (split_for); None for a fixed split (identity only where set: fixed kernels keep their names)
+    split_wave: int | None = None
+
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave",)
 
     def uses_matrix_cores(self) -> bool:
         return True  # Q.K^T and P.V
@@ -116,7 +125,7 @@ class AttentionInstance(InstanceBase):
     def stem(self) -> str:
         causal = {CausalMask.NONE: "", CausalMask.TOP_LEFT: "_causal", CausalMask.BOTTOM_RIGHT: "_causalbr"}[self.mask]
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
-        split = f"_k{self.split_kv}" if self.variant == AttentionVariant.DECODE else ""
+        split = f"_k{self.split_label}" if self.variant == AttentionVariant.DECODE else ""
         schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent",
                     AttentionSchedule.FA3: "_fa3"}.get(self.schedule, "")
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
@@ -206,6 +215,26 @@ class AttentionInstance(InstanceBase):
         return {"gate_ids": tuple(top - c for c in range(n)), "epilogue_ids": tuple(top - n - c for c in range(n)),
                 "producer_threads": FA3_PRODUCER_THREADS}
 
+    @property
+    def split_label(self) -> str:
+        """split_kv as the spec says it: N, or auto."""
+        return "auto" if self.split_wave is not None else str(self.split_kv)
+
+    def split_for(self, shape: tuple[int, ...]) -> int:
+        """decode: the KV splits of one problem size, as the template's make_kernel computes SPLIT_KV -- the fixed
+        split_kv, or split_kv auto's (auto_split_kv over the shape's workgroups per split); 1 for prefill."""
+        if self.variant != AttentionVariant.DECODE:
+            return 1
+        if self.split_wave is None:
+            return self.split_kv
+        batch, heads, kv_heads, seq_q, seq_kv = shape
+        return auto_split_kv(kv_heads * self.row_blocks(heads // kv_heads * seq_q) * batch,
+                             attention_kv_blocks(seq_kv, self.block_n), self.split_wave)
+
+    def row_blocks(self, rows: int) -> int:
+        """decode: blocks of BLOCK_M packed query rows per K/V head (rows = heads // kv_heads * seq_q)."""
+        return -(-rows // self.block_m)
+
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """prefill `T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head,
         batch). decode: `T.Kernel(SPLIT_KV, kv_heads * row_blocks, batch)` for the splits (row_blocks =
@@ -213,8 +242,8 @@ class AttentionInstance(InstanceBase):
         `T.Kernel(heads, seq_q, batch)`."""
         batch, heads, kv_heads, seq_q, _ = shape
         if self.variant == AttentionVariant.DECODE:
-            row_blocks = -(-(heads // kv_heads) * seq_q // self.block_m)
-            return ((self.split_kv, kv_heads * row_blocks, batch), (heads, seq_q, batch))
+            row_blocks = self.row_blocks(heads // kv_heads * seq_q)
+            return ((self.split_for(shape), kv_heads * row_blocks, batch), (heads, seq_q, batch))
         if self.schedule == AttentionSchedule.PERSISTENT:
             return ((min(self.persistent_workgroups, self.persistent_tiles(shape)), 1, 1),)
         return ((-(-seq_q // self.block_m), heads, batch),)
@@ -226,7 +255,8 @@ class AttentionInstance(InstanceBase):
         if self.variant != AttentionVariant.DECODE:
             return ()
         batch, heads, _, seq_q, _ = shape
-        return ((batch, seq_q, heads, self.split_kv, self.head_dim), (batch, seq_q, heads, self.split_kv))
+        split = self.split_for(shape)
+        return ((batch, seq_q, heads, split, self.head_dim), (batch, seq_q, heads, split))
 
     def persistent_tiles(self, shape: tuple[int, ...]) -> int:
         """persistent: the (query block, head, batch) tiles of `shape` the grid loops over."""
@@ -250,7 +280,9 @@ class AttentionInstance(InstanceBase):
             "dtypes": {"input": i, "out": o, "accumulate": acc},
             "shapes": [dict(zip(("batch", "heads", "kv_heads", "seq_q", "seq_kv"), s, strict=True)) for s in self.shapes],
             "head_dim": self.head_dim, "causal": self.mask.value if self.causal else False,
-            "variant": self.variant.value, "split_kv": self.split_kv, "softmax_scale": self.softmax_scale,
+            "variant": self.variant.value, "split_kv": self.split_kv if self.split_wave is None else "auto",
+            **({"split_wave": self.split_wave} if self.split_wave is not None else {}),
+            "softmax_scale": self.softmax_scale,
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "threads": self.threads},
             "pipeline": {"stages": self.stages,
                          "order": list(self.pipeline_order) if self.pipeline_order else None,
@@ -268,7 +300,7 @@ class AttentionInstance(InstanceBase):
         }
 
     def summary(self) -> dict[str, str]:
-        split = f"decode, split_kv {self.split_kv}, " if self.variant == AttentionVariant.DECODE else ""
+        split = f"decode, split_kv {self.split_label}, " if self.variant == AttentionVariant.DECODE else ""
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
                 "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
@@ -304,7 +336,10 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         shapes=tuple((s.batch, s.heads, s.kv_heads, s.seq_q, s.seq_kv) for s in spec.shapes),
         in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
         accum_dtype=hw.tilelang_dtypes[d.accumulate], spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
-        head_dim=spec.head_dim, mask=spec.causal, variant=spec.variant, split_kv=tuning.split_kv, softmax_scale=scale,
+        head_dim=spec.head_dim, mask=spec.causal, variant=spec.variant,
+        split_kv=tuning.split_kv if isinstance(tuning.split_kv, int) else 1,
+        split_wave=None if isinstance(tuning.split_kv, int) or not decode else hw.compute_units * SPLIT_KV_AUTO_WAVES,
+        softmax_scale=scale,
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,
         ws_producer_nreg=WS_PRODUCER_NREG if ws else 0, ws_consumer_nreg=ws_consumer_nreg(hw, consumers) if consumers else 0,

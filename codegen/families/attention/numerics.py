@@ -57,6 +57,9 @@ def attention_bytes(inst, shape) -> float:
     d, keys = inst.head_dim, visible_keys(inst.mask, sq, skv)
     return float(b * d * (sq * h * DTYPE_BYTES[i] + 2 * keys * kvh * DTYPE_BYTES[i] + sq * h * DTYPE_BYTES[o]))
 
+# split_kv auto's derived shapes: keys for this many splits of one block where the splits fill little of a wave
+AUTO_CHECK_SPLITS = 4
+
 
 def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
     """Small edge shapes on top of the spec's, all batch 1, GQA. prefill, 2 query heads on 1 K/V head:
@@ -65,12 +68,18 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
     decode (every split at least one KV block, rule split_kv): 1 query of 2 heads over one block per
     split; 3 queries of 4 heads (12 packed rows) over two blocks per split; a group of 4 at
     block_m / 4 + 1 positions (block_m + 4 rows: a second, almost empty row block) over one split of two
-    blocks and the rest of one -- predicated, the keys also one past / half a block past a multiple."""
+    blocks and the rest of one -- predicated, the keys also one past / half a block past a multiple.
+    split_kv auto (these shapes fill little of a wave: a split per KV block, four of them in the first) adds
+    half a wave of batches over five blocks: two splits, of two and three blocks."""
     bm, bn = inst.block_m, inst.block_n
     if inst.variant == AttentionVariant.DECODE:
-        k, ragged = inst.split_kv * bn, inst.tail != TailPolicy.NONE
-        return [(1, 2, 1, 1, k), (1, 4, 1, 3, 2 * k + (bn // 2 + 1 if ragged else 0)),
-                (1, 8, 2, bm // 4 + 1, k + (1 if ragged else bn))]
+        ragged = inst.tail != TailPolicy.NONE
+        k = (AUTO_CHECK_SPLITS if inst.split_wave else inst.split_kv) * bn
+        shapes = [(1, 2, 1, 1, k), (1, 4, 1, 3, 2 * k + (bn // 2 + 1 if ragged else 0)),
+                  (1, 8, 2, bm // 4 + 1, k + (1 if ragged else bn))]
+        if inst.split_wave:
+            shapes.append((max(1, inst.split_wave // 2), 2, 1, 1, 5 * bn - (bn // 2 if ragged else 0)))
+        return shapes
     one = math.lcm(bm, bn)
     rounds = [persistent_rounds_shape(inst)] if inst.schedule == AttentionSchedule.PERSISTENT else []
     if inst.tail == TailPolicy.NONE:
@@ -234,17 +243,25 @@ def attention_reference(inst, case: AttentionCase):
 
 
 def _split_first_block(split: int, kv_blocks: int, split_kv: int) -> int:
-    """decode: the first KV block of split `split` (the template's s * nb // SPLIT_KV)."""
+    """decode: the first KV block of split `split` of `split_kv` (the template's s * nb // SPLIT_KV)."""
     return split * kv_blocks // split_kv
 
 
-def _dropped_block_keep(inst, seq_q: int, seq_kv: int, shift: int):
+def case_split(inst, case: AttentionCase) -> int:
+    """decode: the KV splits of the whole problem `case` is (a chunk of): AttentionInstance.split_for its shape."""
+    batch, heads = case.whole if case.whole is not None else (case.Q.shape[0], case.Q.shape[2])
+    seq_q = case.seq_q if case.seq_q is not None else case.Q.shape[1]
+    kv_heads = heads // (case.Q.shape[2] // case.K.shape[2])  # a chunk holds whole groups
+    return inst.split_for((batch, heads, kv_heads, seq_q, case.K.shape[1]))
+
+
+def _dropped_block_keep(inst, seq_q: int, seq_kv: int, shift: int, split: int = 1):
     """keep(rows, cols) of dropped_kv_block: a wrong KV trip count. prefill: the rows of the first query
     block miss the last KV block that block visits (causal: up to its last visible key, block_m - 1 +
     shift; else all). decode: every row misses the last KV block of split 0."""
     bn, nb = inst.block_n, math.ceil(seq_kv / inst.block_n)
     if inst.variant == AttentionVariant.DECODE:
-        last = _split_first_block(1, nb, inst.split_kv) - 1
+        last = _split_first_block(1, nb, split) - 1
         return lambda r, c: (c < last * bn) | (c >= (last + 1) * bn)
     visited = nb
     if inst.causal:
@@ -253,11 +270,11 @@ def _dropped_block_keep(inst, seq_q: int, seq_kv: int, shift: int):
     return lambda r, c: (r >= inst.block_m) | (c < start)
 
 
-def _dropped_split_keep(inst, seq_kv: int):
+def _dropped_split_keep(inst, seq_kv: int, split: int):
     """keep(rows, cols) of dropped_split (decode): the combine ignores the last split's partial output,
     i.e. every row loses the keys of that split's KV blocks."""
     nb = math.ceil(seq_kv / inst.block_n)
-    start = _split_first_block(inst.split_kv - 1, nb, inst.split_kv) * inst.block_n
+    start = _split_first_block(split - 1, nb, split) * inst.block_n
     return lambda r, c: c < start
 
 
@@ -276,13 +293,14 @@ def _controls(inst, case: AttentionCase, ref) -> dict[str, object]:
             out["causal_other_alignment"] = _attention32(inst, case, mask=other)[0]
     else:
         out["causal_mask_applied"] = _attention32(inst, case, mask=CausalMask.TOP_LEFT)[0]
-    keep = _dropped_block_keep(inst, seq_q, seq_kv, case.causal_shift)
+    split = case_split(inst, case)
+    keep = _dropped_block_keep(inst, seq_q, seq_kv, case.causal_shift, split)
     if inst.variant == AttentionVariant.DECODE or case.q_offset < inst.block_m:
         out["dropped_kv_block"] = _attention32(inst, case, mask=inst.mask, keep=keep)[0]
     else:
         out["dropped_kv_block"] = ref  # rows past the first query block: the bug does not reach them
     if inst.variant == AttentionVariant.DECODE:
-        out["dropped_split"] = _attention32(inst, case, mask=inst.mask, keep=_dropped_split_keep(inst, seq_kv))[0]
+        out["dropped_split"] = _attention32(inst, case, mask=inst.mask, keep=_dropped_split_keep(inst, seq_kv, split))[0]
     if inst.schedule == AttentionSchedule.PERSISTENT:
         out["persistent_last_round_skipped"] = persistent_last_round_skipped(inst, case, ref)
     if getattr(inst, "v_transposed", False):
@@ -334,7 +352,8 @@ def attention_dropped_block(inst, case: AttentionCase, ref):
     """Negative control dropped_kv_block on a whole case (see _dropped_block_keep). Rows left with no key
     at all get NaN (0/0)."""
     seq_q, seq_kv = case.Q.shape[1], case.K.shape[1]
-    bad, _ = _attention32(inst, case, mask=inst.mask, keep=_dropped_block_keep(inst, seq_q, seq_kv, case.causal_shift))
+    keep = _dropped_block_keep(inst, seq_q, seq_kv, case.causal_shift, case_split(inst, case))
+    bad, _ = _attention32(inst, case, mask=inst.mask, keep=keep)
     if inst.variant == AttentionVariant.DECODE:
         return bad
     out = ref.clone()

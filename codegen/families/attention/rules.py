@@ -185,15 +185,32 @@ def attention_kv_blocks(seq_kv: int, block_n: int) -> int:
     return -(-seq_kv // block_n)
 
 
+# decode, split_kv auto: the workgroups per CU/SM the splits fill. Measured on the H200 (132 SMs; fp16 d128, 32/8
+# heads, one query, 64 x 64 tile; benchmarks/sweep_decode_split_sm90.py, reports/h200/sweep_decode_split): at batch
+# 1, 4 and 16 over 4096 and 32768 keys the fastest split was the largest whose workgroups fit one wave of one per SM
+# (16, 4 and 1: 128 workgroups each); a second partial wave or more splits than that lost 0-20 %. Not measured on a
+# CU of gfx942/gfx950, where the same rule applies to its CU count.
+SPLIT_KV_AUTO_WAVES = 1
+
+
+def auto_split_kv(workgroups_per_split: int, kv_blocks: int, wave: int) -> int:
+    """split_kv auto at one shape: the most splits whose workgroups (splits x `workgroups_per_split`, i.e. K/V heads x
+    row blocks x batch) fit one wave of `wave`, at least 1 and at most the `kv_blocks` (each split one KV block at
+    least, rule split_kv). The template's make_kernel computes the same expression."""
+    return max(1, min(kv_blocks, wave // workgroups_per_split))
+
+
 def attn_split_kv(c: AttentionContext) -> Iterator[Violation]:
     """decode: split s of split_kv takes KV blocks [s*nb//split_kv, (s+1)*nb//split_kv) of the nb =
-    ceil(seq_kv/block_n), so every split gets at least one block only if split_kv <= nb. prefill has no
-    splits."""
+    ceil(seq_kv/block_n), so every split gets at least one block only if split_kv <= nb (auto: by construction).
+    prefill has no splits."""
     split = c.tuning.split_kv
     if c.spec.variant != AttentionVariant.DECODE:
         if split != 1:
             yield Violation(rule="split_kv", path=c.at("split_kv"), value=split,
                             message="only variant: decode splits the KV sequence: leave split_kv at 1")
+        return
+    if split == "auto":  # at most the KV blocks of each shape (auto_split_kv)
         return
     bn = c.tuning.tiling.block_n
     where = f" on {c.hw.target}" if c.origin["split_kv"][0] == "overrides" or c.origin["tiling"][0] == "overrides" else ""
@@ -232,6 +249,27 @@ def attn_ws_variant(c: AttentionContext) -> Iterator[Violation]:
     if c.tuning.schedule in WARP_SPECIALIZED and c.spec.variant != AttentionVariant.PREFILL:
         yield Violation(rule=f"{c.tuning.schedule.value}_variant", path=c.at("schedule"), value=c.tuning.schedule.value,
                         message=f"schedules the prefill KV loop only: variant {c.spec.variant.value} takes schedule: default")
+
+
+# TileLang 0.1.15 cannot lower schedule fa3's in-place causal mask at (block_m, block_n) (192, 64) where both the
+# query and the key counts are ragged: its ThreadSync pass finds a shared-memory sync in a divergent region of 124
+# threads. Lowered for sm_90: 193x193, 200x193, 385x385 failed (top_left and bottom_right); 384x385, 385x448 and
+# 192x128 or 128x64 at 385x385 lowered (tests/test_attention.py lowers the refused one and expects the failure).
+FA3_RAGGED_CAUSAL_UNLOWERABLE = ((192, 64),)
+
+
+def attn_fa3_ragged_causal(c: AttentionContext) -> Iterator[Violation]:
+    """Rule fa3_ragged_causal: tail predicated promises every shape, so a causal fa3 tile TileLang cannot lower at
+    ragged shapes (FA3_RAGGED_CAUSAL_UNLOWERABLE) is refused rather than left to fail in a build."""
+    if not (_ws_applies(c) and c.tuning.schedule == AttentionSchedule.FA3 and c.spec.causal != CausalMask.NONE
+            and c.spec.tail == TailPolicy.PREDICATED):
+        return
+    t = c.tuning.tiling
+    if (t.block_m, t.block_n) in FA3_RAGGED_CAUSAL_UNLOWERABLE:
+        yield Violation(rule="fa3_ragged_causal", path=c.at("tiling", "block_n"), value=t.block_n,
+                        message=f"schedule fa3, causal, block_m {t.block_m} x block_n {t.block_n} with tail: predicated "
+                                "does not lower in TileLang 0.1.15 where seq_q and seq_kv are both ragged (a shared-"
+                                "memory sync in a divergent region): take block_n 128, or tail: none at block multiples")
 
 
 def _k_pack_targets() -> list[str]:
@@ -357,7 +395,7 @@ def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
     attn_tail_policy, attn_split_kv, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule, attn_ws_target,
-    attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_persistent_variant,
+    attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
     attn_v_layout_schedule, attn_v_layout_tile,
 )
 

@@ -120,8 +120,9 @@ class AttentionTiling(Model):
 ATTENTION_KNOBS: tuple[Knob, ...] = (
     Knob(name="tiling", type=AttentionTiling, doc="query rows and keys per step of a workgroup, and its threads"),
     Knob(name="pipeline", type=Pipeline, default=Pipeline(), doc="KV-loop stages"),
-    Knob(name="split_kv", type=PositiveInt, default=1,
-         doc="decode: workgroups the KV sequence of one (batch, K/V head) is split over"),
+    Knob(name="split_kv", type=PositiveInt | Literal["auto"], default=1,
+         doc="decode: workgroups the KV sequence of one (batch, K/V head) is split over: N, or auto (per shape, "
+             "the most splits whose workgroups fit one wave of the target's CUs/SMs; rules.auto_split_kv)"),
     Knob(name="schedule", type=AttentionSchedule, default=AttentionSchedule.DEFAULT,
          doc="prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)"),
     Knob(name="k_pack", type=Literal[1, 2], default=1, takes=K_PACK.takes,
@@ -189,7 +190,7 @@ STARTER = """\
   causal: top_left
   tiling: {block_m: 128, block_n: 128, threads: 256}
   pipeline: {stages: 2}
-  # split_kv: 1             # decode: workgroups the KV sequence of one (batch, K/V head) is split over
+  # split_kv: 1             # decode: workgroups the KV sequence of one (batch, K/V head) is split over, or auto
   # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
   # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
   # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed
