@@ -1012,6 +1012,16 @@ def test_split_kv_auto_in_the_generated_module_is_the_instances(target):
             assert splits_sm90 <= inst.split_for(shape) <= math.ceil(shape[4] / inst.block_n), shape
 
 
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_split_kv_auto_at_one_split_writes_o_without_a_combine_kernel(target):
+    f = FILES[("attn_fp16_decode_auto", target)]
+    for shape, kernels in (((64, 32, 8, 1, 640), 1), ((1, 32, 8, 1, 640), 2)):
+        src = lower(f, shape, target).source
+        found = set(re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", src))
+        assert len(found) == kernels == len(f.instance.launch_grids(shape)), (shape, found)
+        assert (f.instance.split_for(shape) == 1) == (kernels == 1)
+
+
 def test_split_kv_auto_names_and_rules():
     auto = edit(DECODE, "split_kv: 16", "split_kv: auto")
     (inst,) = build_instances(parse_specs(auto, FILE))

@@ -239,11 +239,12 @@ class AttentionInstance(InstanceBase):
         """prefill `T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head,
         batch). decode: `T.Kernel(SPLIT_KV, kv_heads * row_blocks, batch)` for the splits (row_blocks =
         ceil(heads/kv_heads * seq_q / BLOCK_M) blocks of packed rows per K/V head), then the combine's
-        `T.Kernel(heads, seq_q, batch)`."""
+        `T.Kernel(heads, seq_q, batch)` -- which split_kv auto leaves out where it takes one split."""
         batch, heads, kv_heads, seq_q, _ = shape
         if self.variant == AttentionVariant.DECODE:
-            row_blocks = self.row_blocks(heads // kv_heads * seq_q)
-            return ((self.split_for(shape), kv_heads * row_blocks, batch), (heads, seq_q, batch))
+            split = self.split_for(shape)
+            splits = ((split, kv_heads * self.row_blocks(heads // kv_heads * seq_q), batch),)
+            return splits if split == 1 and self.split_wave is not None else (*splits, (heads, seq_q, batch))
         if self.schedule == AttentionSchedule.PERSISTENT:
             return ((min(self.persistent_workgroups, self.persistent_tiles(shape)), 1, 1),)
         return ((-(-seq_q // self.block_m), heads, batch),)
