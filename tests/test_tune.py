@@ -365,8 +365,13 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
     monkeypatch.setattr(gpurun, "bench_all", bench_all)
     gpu = SimpleNamespace(name="NVIDIA H200", run_target=Target.SM_90, torch_version="2.8.0", runtime_version="CUDA 12.8",
                           devices=("0",))
+    monkeypatch.setenv("TILEGEN_GIT_COMMIT", "0123abc")
     doc, entries = measure(result, gpu, budget_s=600, jobs=1, timeout_s=10)
     assert [d["uri"] for d in doc["not_selectable"]] == [bad]
+    # the report says where it was measured, and how, in the keys the results page reads
+    env = replace(result, measured=doc).document()["environment"]
+    assert env["device"] == "NVIDIA H200" and env["git_commit"] == "0123abc" and env["command"]
+    assert "environment" not in result.document()  # a static report measured nothing
     # where the time went: verifying, then each bench round
     assert 0 <= doc["verify_s"] <= doc["wall_s"] and all(r["seconds"] >= 0 for r in doc["rounds"])
     # three verified candidates: halving keeps the better half (fastest) and the hand configuration, no fewer

@@ -28,8 +28,8 @@ def environment(gpu: dict) -> dict:
         env["tilelang"] = tilelang.__version__
     except Exception:  # noqa: BLE001 - the report is still useful without it
         env["tilelang"] = "unavailable"
-    env["git_commit"] = _git_commit()
-    env["command"] = _command()
+    env["git_commit"] = git_commit()
+    env["command"] = command_line()
     run_target = gpu.get("run_target")
     if run_target in {t.value for t in TARGETS}:
         env.update(TARGETS[Target(run_target)].device_environment())
@@ -43,12 +43,12 @@ def _run(cmd: list[str]) -> str:
         return ""
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     """TILEGEN_GIT_COMMIT when set (a copy of the tree run elsewhere may carry a stale .git), else git's HEAD."""
     return os.environ.get("TILEGEN_GIT_COMMIT") or _run(["git", "rev-parse", "HEAD"]).strip() or "unknown"
 
 
-def _command() -> str:
+def command_line() -> str:
     """The command line this process was started with, as typed: `tilegen verify NAME ...` (`python -m codegen`
     is the same CLI and shown so); another program (a benchmark script) by its file name."""
     prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "tilegen"

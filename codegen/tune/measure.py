@@ -28,6 +28,7 @@ from collections import Counter
 from codegen.core.errors import TilegenError
 from codegen.core.events import OnEvent, ignore
 from codegen.generate.lockfile import Candidate, LockEntry, gpu_versions, hand_hash, local_versions
+from codegen.run.report import command_line, git_commit
 from codegen.tune.search import Point, TuneResult
 
 STRATEGY = "successive_halving(eta=2) over bench rounds; deterministic (no sampling, no seed)"
@@ -134,7 +135,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
                                                    for k, v in sorted(baselines.get(s, {}).items())}})
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
                                  winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY))
-    doc = {"device": gpu.name, "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
+    doc = {"device": gpu.name, "command": command_line(), "git_commit": git_commit(), "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
            "verify_s": round(verify_s, 1),
            "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
            "verified": sorted(good), "not_selectable": not_selectable,

@@ -316,6 +316,9 @@ class TuneResult:
             "ranked": [row(p) for p in self.ranked] if self.ranked is not None else None,
             "points": [row(p) for p in pts],
             "measured": self.measured,
+            # where the measured rounds ran, in the keys every measured report uses (tools/results_page.py)
+            **({"environment": {k: self.measured[k] for k in ("device", "command", "git_commit") if k in self.measured}}
+               if self.measured is not None else {}),
         }
 
     def markdown(self) -> str:
