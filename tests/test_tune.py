@@ -379,6 +379,8 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
     assert [e.shape for e in entries] == [(256, 256, 256), (512, 256, 256)]
     assert all(e.winner.uri == fastest and e.runner_up.uri == second for e in entries)
     assert entries[0].winner.tunables == {"pipeline.stages": 4} and entries[0].strategy == STRATEGY
+    from codegen.generate.lockfile import canonical_space
+    assert all(e.space_sha256 == canonical_space({"pipeline.stages": [2, 3, 4]}) for e in entries)  # what it chose from
     assert doc["shapes"][0]["speedup_vs_hand"] == 2.0
     assert entries[0].hand_hash == hand_hash(ls, Target.SM_90)
     assert doc["shapes"][0]["speedup_vs_baselines"] == {"torch": 1.2}  # torch 1.2 ms, the winner 1.0 ms

@@ -5,6 +5,7 @@ run, the summary it writes; and `tune --check`'s exit status on misses and stale
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -37,6 +38,28 @@ def test_fresh_specs_are_skipped_and_a_device_without_a_lockfile_tunes_every_sea
     assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS | {"torch": "2.9.0"}) == {"g"}
     # a spec without an sm_90 search block is never tuned on sm_90
     assert to_tune(tmp_path, [loaded()], Target.SM_90, "NVIDIA H100", VERSIONS) == set()
+
+
+def test_an_entry_chosen_from_another_search_space_still_serves_and_is_searched_again(tmp_path):
+    from codegen.generate.lockfile import canonical_space, check_lockfiles, space_sha256
+
+    ls = loaded(SM90)  # sm_90 searches pipeline.stages [2, 3]
+    wider = loaded(SM90.replace("pipeline: {stages: [2, 3]}", "pipeline: {stages: [2, 3, 4]}"))
+    assert space_sha256(ls, Target.SM_90) == canonical_space({"pipeline.stages": [3, 2]})  # order does not count
+    assert space_sha256(ls, Target.SM_90) != space_sha256(wider, Target.SM_90)
+    e = _entry(ls, winner=_candidate(ls, 3, 0.01), space_sha256=space_sha256(ls, Target.SM_90))
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS) == set()
+    assert to_tune(tmp_path, [wider], Target.SM_90, "NVIDIA H200", VERSIONS) == {"g"}  # the space grew
+    report = check_lockfiles(tmp_path, [wider], {"tilelang": "0.1.15"}, [Target.SM_90])
+    assert [f.reason for f in report.research] == [
+        "research: chosen from another search space than the spec's today (the entry still serves)"]
+    assert [fe.shape for _, fe, _ in report.fresh] == [e.shape] and not report.stale and not report.clean
+    # an entry that does not record its space (tuned before entries did) is not searched again for it
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(replace(e, space_sha256=None),)))
+    assert to_tune(tmp_path, [wider], Target.SM_90, "NVIDIA H200", VERSIONS) == set()
 
 
 class _Clock:
@@ -119,6 +142,14 @@ def test_tune_check_lists_untuned_shapes_and_fails_only_on_stale_entries_or_with
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(stale,)))
     result = check()
     assert result.exit_code == 1 and "stale: versions changed: tilelang 0.0.1" in result.output
+    # an entry chosen from a space the spec no longer searches: listed, not an error unless --strict
+    moved = _entry(ls, spec="g", winner=_candidate(ls, 3, 0.01), space_sha256="0" * 64)
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(moved,)))
+    result = check()
+    assert result.exit_code == 0 and "research: chosen from another search space" in result.output, result.output
+    assert "1 entry chosen from another search space than the spec's today, still serving" in result.output
+    assert check("--strict").exit_code == 1
 
 
 def test_tune_merge_brings_a_lockfile_measured_elsewhere_into_the_project(tmp_path):

@@ -180,9 +180,11 @@ def _profile_top(result: TuneResult, doc: dict, top: int, gpu, project: Project,
 
 def run_check(project: Project, targets: list[Target] | None, *, out: Console, err: Console,
               strict: bool = False) -> bool:
-    """`tilegen tune --check`: stale entries and misses, one line each. False (exit 1) on any stale entry -- a
-    lockfile that no longer answers for the spec set -- and, with `strict`, on any miss too; a miss alone (a
-    searched shape not tuned yet on some device: its hand configuration serves it) is listed, not an error."""
+    """`tilegen tune --check`: stale entries, misses and entries to search again, one line each. False (exit 1) on
+    any stale entry -- a lockfile that no longer answers for the spec set -- and, with `strict`, on any miss or
+    entry to search again too; alone, a miss (a searched shape not tuned yet on some device: its hand
+    configuration serves it) or an entry chosen from another search space than the spec's today (it still
+    serves) is listed, not an error."""
     from codegen.run.gpu import NoGpu, detect_gpu
 
     versions = local_versions()
@@ -195,15 +197,20 @@ def run_check(project: Project, targets: list[Target] | None, *, out: Console, e
                              gpu_present=(gpu.name, gpu.run_target) if gpu else None)
     for line in report.invalid:
         err.print(line, markup=False)
-    for f in (*report.stale, *report.misses):
+    for f in (*report.stale, *report.misses, *report.research):
         err.print(f.line(), markup=False)
     if report.not_compared:
         where = f"only {gpu.name}'s lockfile is compared with this {gpu.name}" if gpu else "no GPU here"
         err.print(f"not compared ({where}): {', '.join(report.not_compared)}", markup=False)
-    if not report.stale and not report.invalid and report.misses and not strict:
+    if not report.stale and not report.invalid and (report.misses or report.research) and not strict:
+        n = len(report.research)
+        todo = [f"{len(report.misses)} searched shape(s) not tuned yet, served by their hand configurations"
+                ] if report.misses else []
+        again = f"{n} entr{'y' if n == 1 else 'ies'} chosen from another search space than the spec's today, still serving"
+        todo += [again] if n else []
         out.print(f"tuned/ has no stale entry ({report.entries} entr{'y' if report.entries == 1 else 'ies'}); "
-                  f"{len(report.misses)} searched shape(s) not tuned yet, served by their hand configurations "
-                  "(`tilegen tune --all` on the device tunes them; --strict makes this an error)", markup=False)
+                  f"{'; '.join(todo)} (`tilegen tune --all` on the device tunes them; --strict makes this an error)",
+                  markup=False)
         return True
     if report.clean:
         out.print(f"tuned/ is up to date: {report.entries} entr{'y' if report.entries == 1 else 'ies'} "
@@ -212,8 +219,10 @@ def run_check(project: Project, targets: list[Target] | None, *, out: Console, e
                   markup=False)
         return True
     parts = [f"{len(report.invalid)} invalid lockfile(s): fix or remove them"] if report.invalid else []
-    if report.stale or report.misses:
-        parts.append(f"{len(report.stale)} stale, {len(report.misses)} missing: run `tilegen tune NAME` on the device")
+    if report.stale or report.misses or report.research:
+        parts.append(f"{len(report.stale)} stale, {len(report.misses)} missing"
+                     f"{f', {len(report.research)} to search again' if report.research else ''}: run "
+                     "`tilegen tune NAME` on the device")
     err.print(f"error: {'; '.join(parts)}", markup=False)
     return False
 

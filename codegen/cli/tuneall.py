@@ -1,7 +1,7 @@
 """`tilegen tune --all`: every spec with a `search:` block, tuned on the GPU present under one time budget.
 
-Resumable: a spec whose every searched shape already has a fresh entry in this device's lockfile is skipped
-(`fresh`), and each spec's entries are written to the lockfile as soon as it is tuned, so a run cut short by its
+Resumable: a spec whose every searched shape already has a fresh entry in this device's lockfile, chosen from
+the spec's search space of today, is skipped (`fresh`), and each spec's entries are written to the lockfile as soon as it is tuned, so a run cut short by its
 budget, a session's end or Ctrl-C keeps what it measured and the next run goes on from the first spec still
 without entries. The order is the spec set's (files sorted, specs in file order): deterministic.
 
@@ -66,14 +66,15 @@ def searched(loaded: list[LoadedSpec], target: Target) -> list[LoadedSpec]:
 
 def to_tune(root, loaded: list[LoadedSpec], target: Target, device: str, device_versions: dict[str, str]) -> set[str]:
     """Names of the searched specs that have a shape without a fresh entry in `device`'s lockfile for `target`
-    (a miss, or a stale entry: spec, code or versions changed). Without a lockfile for `device`, every one."""
+    (a miss, or a stale entry: spec, code or versions changed), or an entry chosen from another search space than
+    the spec's today. Without a lockfile for `device`, every one."""
     wanted = {ls.spec.name for ls in searched(loaded, target)}
     mine = lock_path(root, target, device)
     if not mine.is_file():
         return wanted
     report = check_lockfiles(root, loaded, local_versions(), [target], device_versions=(device, device_versions))
     shown = mine.relative_to(root).as_posix()  # another device's lockfile says nothing of this one
-    return {f.spec for f in (*report.stale, *report.misses) if f.spec in wanted and f.file == shown}
+    return {f.spec for f in (*report.stale, *report.misses, *report.research) if f.spec in wanted and f.file == shown}
 
 
 def _geomean(values: list[float]) -> float | None:

@@ -7,8 +7,11 @@ its kernel name, code hash (codegen.generate.render.code_sha256: what was measur
 
 `check_lockfiles` lists stale entries (spec gone, hand configuration changed, shape no longer in the spec,
 winner or runner-up no longer legal, renamed or rendering other code, versions changed) and misses (a shape
-of a spec with a `search:` block for the target and no entry): `tilegen tune --check` exits 1 on either. Never a silent fallback and
-never a wrong-device hit: a lockfile only answers for its own device.
+of a spec with a `search:` block for the target and no entry): `tilegen tune --check` exits 1 on a stale entry,
+and with --strict on a miss. An entry also records the search space it chose from (`space_sha256`, of the
+spec's `search:` block for its target); an entry whose spec now searches another space still serves -- its
+winner is as legal and as measured as before -- but is listed as `research`, and `tilegen tune --all` searches
+it again. Never a silent fallback and never a wrong-device hit: a lockfile only answers for its own device.
 
 A lockfile is data from outside (edited by hand, merged, or made up): `read_lockfile` reads at most
 `LIMITS.max_bytes`, counts its nesting on the text before json.loads recurses, refuses a repeated JSON key and
@@ -21,6 +24,7 @@ every entry's and, on a machine with a GPU, consistent with that GPU (`check_pre
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -84,6 +88,7 @@ class LockEntry:
     winner: Candidate
     runner_up: Candidate | None
     strategy: str = ""
+    space_sha256: str | None = None  # the search space the winner was chosen from (space_sha256()); None: not recorded
 
     @property
     def key(self) -> tuple[str, str, Shape]:
@@ -92,7 +97,8 @@ class LockEntry:
     def to_json(self) -> dict[str, object]:
         return {"spec": self.spec, "hand_hash": self.hand_hash, "shape": list(self.shape), "device": self.device,
                 "versions": dict(sorted(self.versions.items())), "winner": self.winner.to_json(),
-                "runner_up": self.runner_up.to_json() if self.runner_up else None, "strategy": self.strategy}
+                "runner_up": self.runner_up.to_json() if self.runner_up else None, "strategy": self.strategy,
+                **({"space_sha256": self.space_sha256} if self.space_sha256 else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,11 +205,13 @@ class EntryDoc(_Doc):
     winner: CandidateDoc
     runner_up: CandidateDoc | None = None
     strategy: Text | Literal[""] = ""
+    space_sha256: Sha256 | None = None
 
     def entry(self) -> LockEntry:
         return LockEntry(spec=self.spec, hand_hash=self.hand_hash, shape=self.shape, device=self.device,
                          versions=dict(self.versions), winner=self.winner.candidate(),
-                         runner_up=self.runner_up.candidate() if self.runner_up else None, strategy=self.strategy)
+                         runner_up=self.runner_up.candidate() if self.runner_up else None, strategy=self.strategy,
+                         space_sha256=self.space_sha256)
 
 
 class LockFileDoc(_Doc):
@@ -389,6 +397,19 @@ def hand_hash(loaded: LoadedSpec, target: Target) -> str:
     return fam.instance(hand_spec(loaded.spec, target), TARGETS[target], loaded.doc.file).config_sha256()
 
 
+def canonical_space(space: dict[str, list]) -> str:
+    """The sha256 of a search space given as {tunable path: values} (a tune report's `space`): the paths and, per
+    path, the set of values, so neither the order the spec lists them in nor a comment changes it."""
+    canon = {k: sorted({json.dumps(getattr(v, "value", v)) for v in vals}) for k, vals in space.items()}
+    return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()
+
+
+def space_sha256(loaded: LoadedSpec, target: Target) -> str | None:
+    """canonical_space of the spec's `search:` block for `target`; None where it has none."""
+    block = getattr(loaded.spec, "search", {}).get(target)
+    return canonical_space(dict(search_values(block))) if block is not None else None
+
+
 def winner_instance(loaded: LoadedSpec, target: Target, tunables: dict[str, object]):
     """The instance (every shape of the spec) of the hand configuration with the winner's tunables, or
     (None, why it is not legal any more)."""
@@ -446,12 +467,13 @@ class CheckReport:
     invalid: tuple[str, ...] = ()  # lockfiles not used at all (LockfileError lines): none of their entries counts
     fresh: tuple[tuple[Target, LockEntry, object], ...] = ()  # entries that answer for today's spec set, each
     # with its winner's instance (every shape of the spec)
+    research: tuple[Finding, ...] = ()  # fresh entries chosen from another search space than the spec's today
     entries: int = 0
     not_compared: tuple[str, ...] = field(default_factory=tuple)  # versions this machine cannot say
 
     @property
     def clean(self) -> bool:
-        return not self.stale and not self.misses and not self.invalid
+        return not self.stale and not self.misses and not self.invalid and not self.research
 
 
 def check_present(lock: LockFile, shown: str, gpu_present: tuple[str, Target]) -> None:
@@ -502,6 +524,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
     by_name = {ls.spec.name: ls for ls in loaded}
     stale: list[Finding] = []
     misses: list[Finding] = []
+    research: list[Finding] = []
     invalid: list[str] = []
     fresh: list[tuple[Target, LockEntry, object]] = []
     count = 0
@@ -550,6 +573,10 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                     stale_("versions changed: " + ", ".join(changed))
                     continue
                 fresh.append((target, e, inst))
+                if e.space_sha256 and e.space_sha256 != space_sha256(ls, target):
+                    research.append(Finding(file=shown, spec=e.spec, shape=e.shape,
+                                            reason="research: chosen from another search space than the spec's "
+                                                   "today (the entry still serves)"))
         if any_file and not locks:  # every lockfile of the target is invalid: its lines stand for the misses
             continue
         for ls in loaded:
@@ -566,7 +593,7 @@ def check_lockfiles(root: Path, loaded: list[LoadedSpec], current_versions: dict
                         misses.append(Finding(file=path.relative_to(root).as_posix(), spec=ls.spec.name,
                                               shape=tuple(shape), reason=f"miss: not tuned on {lock.device}"))
     return CheckReport(stale=tuple(stale), misses=tuple(misses), invalid=tuple(invalid), fresh=tuple(fresh), entries=count,
-                       not_compared=tuple(sorted(all_keys - compared_keys)))
+                       research=tuple(research), not_compared=tuple(sorted(all_keys - compared_keys)))
 
 
 def tuned_instances(root: Path, loaded: list[LoadedSpec], targets: list[Target] | None = None

@@ -27,7 +27,7 @@ from collections import Counter
 
 from codegen.core.errors import TilegenError
 from codegen.core.events import OnEvent, ignore
-from codegen.generate.lockfile import Candidate, LockEntry, gpu_versions, hand_hash, local_versions
+from codegen.generate.lockfile import Candidate, LockEntry, canonical_space, gpu_versions, hand_hash, local_versions
 from codegen.run.report import command_line, git_commit
 from codegen.tune.search import Point, TuneResult
 
@@ -121,6 +121,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         alive = keep
     versions = local_versions() | gpu_versions(gpu)
     hh = hand_hash(result.loaded, result.target)
+    space = canonical_space(dict(result.space))  # the space this run searched
     per_shape, entries = [], []
     for s in sorted({s for (_, s) in times}):
         ranked = sorted((p for p in alive if (p.uri, s) in times), key=lambda p: (statistics.median(times[(p.uri, s)]), p.uri))
@@ -134,7 +135,8 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
                           "speedup_vs_baselines": {k: round(v / cands[0].time_ms, 4)
                                                    for k, v in sorted(baselines.get(s, {}).items())}})
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
-                                 winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY))
+                                 winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY,
+                                 space_sha256=space))
     doc = {"device": gpu.name, "command": command_line(), "git_commit": git_commit(), "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
            "verify_s": round(verify_s, 1),
            "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
