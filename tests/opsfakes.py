@@ -130,10 +130,14 @@ def rope_kernel(inst, shape):
     return run
 
 
-def attention_kernel(inst, shape):
+def attention_kernel(inst, compiled):
     def run(Q, K, V, *rest):
         *ws, O = rest
-        b, h, kvh, sq, skv = shape
+        b, h, kvh, sq, skv = compiled
+        if getattr(inst, "dynamic_kv", None) is not None:  # compiled for every KV length: K says which
+            _expect(skv == "seq_kv" and inst.dynamic_kv[0] <= K.shape[1] <= inst.dynamic_kv[1], f"dynamic kv {K.shape}")
+            skv = K.shape[1]
+        shape = (b, h, kvh, sq, skv)
         _expect(tuple(Q.shape) == (b, sq, h, inst.head_dim) and tuple(K.shape) == (b, skv, kvh, inst.head_dim),
                 "attention Q, K")
         _expect(tuple(tuple(w.shape) for w in ws) == inst.workspace_shapes(shape), "attention workspaces")

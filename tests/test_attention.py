@@ -1046,3 +1046,87 @@ def test_split_kv_auto_derived_shapes_split_some_blocks_unevenly():
     splits = [(s, inst.split_for(s), math.ceil(s[4] / inst.block_n)) for s in derived_shapes(inst)]
     assert any(n > 1 and blocks > n for _, n, blocks in splits), splits
     assert all(1 <= n <= blocks for _, n, blocks in splits), splits
+
+
+# ---- dynamic_kv: one decode kernel for every KV length ---------------------------------------------------
+
+DYNAMIC = edit(edit(DECODE, "tail: none", "tail: predicated\n  dynamic_kv: {min: 1024, max: 65536}"),
+               "split_kv: 16", "split_kv: auto")
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_dynamic_kv_is_one_kernel_for_every_length_with_the_splits_of_the_shortest(target):
+    f = FILES[("attn_bf16_decode_dynamic", target)]
+    inst, module = f.instance, load_module(f)
+    assert "_dynkv" in f.uri and inst.metadata(f.uri)["dynamic_kv"] == {"min": 1024, "max": 131072}
+    lo, hi = inst.dynamic_kv
+    head = (1, 32, 8, 1)
+    assert inst.compile_shape((*head, 32785)) == inst.compile_shape((*head, hi)) == (*head, "seq_kv")
+    assert inst.compile_shapes() == [(*head, "seq_kv"), (16, 32, 8, 1, "seq_kv")]  # one build per head
+    # the splits are auto's at the shortest length served, whatever the length
+    splits = inst.split_for((*head, lo))
+    assert splits == inst.split_for((*head, hi)) == inst.split_for((*head, 32785)) > 1
+    if target == "sm_90":
+        assert splits == 16 and inst.split_for((16, 32, 8, 1, 4097)) == 1
+    func = module.make_dynamic_kernel(*head, "seq_kv")
+    k, o_part = (func.buffer_map[func.params[i]] for i in (1, 3))
+    assert str(k.shape[1]) == "seq_kv"  # symbolic, not a number
+    assert tuple(int(x) for x in o_part.shape) == inst.workspace_shapes((*head, 5000))[0]
+    for n in (lo, 5000, hi):  # make_kernel at any length served takes the same splits as the dynamic kernel
+        fixed = module.make_kernel(*head, n)
+        assert tuple(int(x) for x in fixed.buffer_map[fixed.params[3]].shape) == tuple(int(x) for x in o_part.shape)
+    src = lower(f, (*head, 32785), target).source  # lowered at its compile shape: seq_kv is a kernel argument
+    assert re.search(r"int\s+seq_kv\b", src), src[:2000]
+    assert ("dynamic_kv", "max") in {path for path, _ in inst.limit_shapes()}  # the grid at the longest is checked
+
+
+def test_dynamic_kv_checks_lengths_across_its_range():
+    inst = FILES[("attn_bf16_decode_dynamic", "sm_90")].instance
+    lo, hi = inst.dynamic_kv
+    shapes = derived_shapes(inst)
+    assert {s[:4] for s in shapes} == {s[:4] for s in inst.shapes}
+    assert all(lo <= s[4] <= hi for s in shapes) and {s[4] for s in shapes if s[0] == 1} >= {lo, lo + 1}
+    assert any(s[4] % inst.block_n for s in shapes)  # a ragged last block
+    assert max(s[4] for s in shapes if s[0] == 16) < hi  # capped: K and V at 16 x 131072 would be 2 x 4 GiB of fp32
+    assert all(inst.split_for(s) <= math.ceil(s[4] / inst.block_n) for s in shapes)  # a KV block every split
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(edit(DYNAMIC, "variant: decode", "variant: prefill"), "split_kv: auto", "split_kv: 1"),
+     "specs/x.yaml:12:15: dynamic_kv: only variant: decode takes a symbolic KV length: remove dynamic_kv [dynamic_kv_variant]"),
+    (edit(DYNAMIC, "{min: 1024, max: 65536}", "{min: 8192, max: 4096}"),
+     "dynamic_kv.min=8192: is over dynamic_kv.max=4096: the range is empty [dynamic_kv_range]"),
+    (edit(DYNAMIC, "seq_kv: 4096}", "seq_kv: 512}"),
+     "shapes[0].seq_kv=512: is outside dynamic_kv [1024, 65536], the KV lengths the kernel serves [dynamic_kv_range]"),
+    (edit(DYNAMIC, "tail: predicated", "tail: none"),
+     ("tail=none: a KV length known only at run time leaves the last KV block ragged: set tail: predicated "
+     "[dynamic_kv_tail]")),
+    (edit(DYNAMIC, "split_kv: auto", "split_kv: 32"),
+     ("split_kv=32: over the 16 KV block(s) of 64 keys at dynamic_kv.min=1024: every split needs at least one block "
+     "(raise min, or auto) [dynamic_kv_split]")),
+    (DYNAMIC + "  search:\n    sm_90:\n      split_kv: [auto, 4]\n",
+     ("search: a dynamic-KV spec is one kernel for every KV length, and tuning picks a kernel per shape: remove search "
+     "or dynamic_kv [dynamic_kv_search]")),
+])
+def test_dynamic_kv_rules(text, message):
+    assert any(message in e for e in errors(text)), errors(text)
+
+
+def test_dynamic_kv_is_part_of_the_name_and_fixed_kernels_keep_theirs():
+    (dyn,) = build_instances(parse_specs(DYNAMIC, FILE))
+    (auto,) = build_instances(parse_specs(edit(DYNAMIC, "\n  dynamic_kv: {min: 1024, max: 65536}", ""), FILE))
+    assert dyn.stem() == auto.stem().replace("_kauto", "_kauto_dynkv") and dyn.uri != auto.uri
+    assert "dynamic_kv" not in auto.canonical()  # the field is in the identity only where set
+
+
+def test_dynamic_kv_splits_are_the_shortest_lengths_even_where_a_longer_one_would_take_more():
+    # min 128 keys = 2 blocks of 64: auto takes 2 splits at every length, where a fixed-length kernel at 65536 keys
+    # would take 16 at batch 1 on 132 SMs -- the instance (host workspaces) and the module (kernel) must agree
+    text = edit(edit(DYNAMIC, "{min: 1024, max: 65536}", "{min: 128, max: 65536}"), "batch: 8,", "batch: 1,")
+    (f,) = render_all(build_instances(parse_specs(text, FILE)))
+    (fixed,) = build_instances(parse_specs(edit(text, "\n  dynamic_kv: {min: 128, max: 65536}", ""), FILE))
+    assert fixed.split_for((1, 32, 8, 4, 65536)) == 16
+    assert f.instance.split_for((1, 32, 8, 4, 65536)) == f.instance.split_for((1, 32, 8, 4, 128)) == 2
+    module = load_module(f)
+    for func in (module.make_dynamic_kernel(1, 32, 8, 4, "seq_kv"), module.make_kernel(1, 32, 8, 4, 65536)):
+        assert int(func.buffer_map[func.params[3]].shape[3]) == 2

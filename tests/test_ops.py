@@ -1,4 +1,4 @@
-"""tilegen ops on the CPU: dispatch (tuned, spec, M buckets, dynamic_m, fallback), its accounting and warnings,
+"""tilegen ops on the CPU: dispatch (tuned, spec, M buckets, dynamic_m, dynamic_kv, fallback), its accounting and warnings,
 strict mode, the input checks, the compile cache's keys, and the custom ops under torch.compile -- with kernels
 that compute with torch (tests/opsfakes.py) in place of the compiled TileLang ones."""
 
@@ -128,6 +128,19 @@ SPECS = """\
   pipeline: {stages: 2}
   split_kv: 2
   targets: [sm_90]
+- name: attn_decode_dyn
+  op: attention
+  variant: decode
+  dtypes: {input: bf16, out: bf16, accumulate: fp32}
+  shapes:
+    - {batch: 2, heads: 4, kv_heads: 2, seq_q: 1, seq_kv: 512}
+  head_dim: 64
+  dynamic_kv: {min: 128, max: 4096}
+  tiling: {block_m: 64, block_n: 64, threads: 128}
+  pipeline: {stages: 2}
+  split_kv: 2
+  tail: predicated
+  targets: [sm_90]
 """
 TUNED_SHAPE = (16, 256, 128)
 WINNER = {"tiling.block_n": 64}
@@ -206,6 +219,36 @@ def test_linear_routes_tuned_spec_bucket_dynamic_and_fallback(ops):
     assert "m=8 run at m=16" in bucket.detail
     # the dynamic kernel was compiled once for its (n, k), whatever M
     assert [s for u, s in ops.backend.compiled if "dynm" in u] == [("m", 256, 128)]
+
+
+def test_decode_attention_routes_a_growing_kv_cache_to_the_dynamic_kernel(ops):
+    qd = bf16(2, 1, 4, 64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for skv in (256, 512, 300, 4096, 100, 5000):  # attn_decode's shape, attn_decode_dyn's, in its range, out of it
+            kd, vd = bf16(2, skv, 2, 64), bf16(2, skv, 2, 64)
+            torch.testing.assert_close(ops.attention_decode(qd, kd, vd), _sdpa(qd, kd, vd, False), atol=2e-2, rtol=2e-2)
+    assert sorted(str(c.message).split()[1] for c in caught if c.category is FallbackWarning) == [
+        "2x4x2x1x100", "2x4x2x1x5000"]
+    routes = _routes(ops)
+    assert routes[("attention_decode", (2, 4, 2, 1, 256))][0] == "spec"  # exact shapes first
+    dyn = routes[("attention_decode", (2, 4, 2, 1, 512))][1]
+    assert "dynkv" in dyn and routes[("attention_decode", (2, 4, 2, 1, 300))] == ("dynamic", dyn)
+    assert routes[("attention_decode", (2, 4, 2, 1, 4096))] == ("dynamic", dyn)
+    assert routes[("attention_decode", (2, 4, 2, 1, 100))] == ("fallback", "torch")  # under dynamic_kv's min
+    assert routes[("attention_decode", (2, 4, 2, 1, 5000))] == ("fallback", "torch")  # over its max
+    why = next(s.detail for s in ops.stats() if s.shape == (2, 4, 2, 1, 5000))
+    assert "2x4x2x1x128..4096" in why, why
+    # one compile for every KV length: seq_kv symbolic
+    assert [s for u, s in ops.backend.compiled if "dynkv" in u] == [(2, 4, 2, 1, "seq_kv")]
+    # a different batch is another compile shape, which the spec does not list: not served
+    assert ops.route("attention_decode", _attn(bf16(1, 1, 4, 64), bf16(1, 300, 2, 64))).route == "fallback"
+
+
+def _attn(q, k):
+    from codegen.ops.adapters import AttentionArgs
+
+    return AttentionArgs(q, k, k, "none", None)
 
 
 def test_a_lockfile_entry_answers_only_for_its_device(project):

@@ -88,6 +88,15 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class DynamicRange(Model):
+    """`{min, max}`: the sizes of one dimension that one compiled kernel serves, both ends included: the size is
+    symbolic in the kernel (T.dynamic), so every size in the range runs the same binary (GEMM `dynamic_m`, decode
+    attention `dynamic_kv`); the kernel's other sizes stay fixed at compile time."""
+
+    min: PositiveInt
+    max: PositiveInt
+
+
 class TailPolicy(StrEnum):
     NONE = "none"  # every shape must be a multiple of the block
     PREDICATED = "predicated"  # one kernel, bounds-checked loads/stores

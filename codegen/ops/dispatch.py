@@ -11,6 +11,8 @@ In order, for a call whose kernels must be `want` (codegen.ops.adapters.Want) at
             that is at most BUCKET_MAX_BLOCK_RATIO times the row blocks the call itself needs;
    dynamic  a dynamic_m kernel whose range holds M (one compiled binary for every M);
    bucket   as above, from the shapes the specs list (hand configurations);
+   attention (decode) by seq_kv, batch, heads, kv_heads and seq_q as a spec lists them:
+   dynamic  a dynamic_kv kernel whose range holds seq_kv (one compiled binary for every KV length);
 4. fallback the op's torch implementation, with the reason no kernel serves the call.
 
 An entry tuned on another device never answers (a lockfile only speaks for its own device).
@@ -118,6 +120,11 @@ def resolve(want: Want, shape: tuple, candidates: list[Candidate], device: str) 
         if found:
             c, mi = found
             return route("bucket", c, (mi, n, k), f"m={m} run at m={mi}: a shape of spec {c.spec}")
+    if want.op == "attention" and len(shape) == 5:
+        for c in hand:
+            r = getattr(c.instance, "dynamic_kv", None)
+            if r is not None and r[0] <= shape[4] <= r[1] and shape[:4] in {s[:4] for s in c.shapes}:
+                return route("dynamic", c, shape, f"dynamic_kv [{r[0]}, {r[1]}] of spec {c.spec}")
     return Route(route="fallback", want=want, shape=shape, detail=_why(want, shape, candidates, device))
 
 
@@ -146,6 +153,9 @@ def _why(want: Want, shape: tuple, candidates: list[Candidate], device: str) -> 
         r = c.instance.dynamic_m if want.op == "gemm" else None
         if r is not None:
             served += [f"m {r[0]}..{r[1]} x {n}x{k}" for n, k in dict.fromkeys((s[1], s[2]) for s in c.shapes)]
+        r = getattr(c.instance, "dynamic_kv", None) if want.op == "attention" else None
+        if r is not None:
+            served += [f"{_x(head)}x{r[0]}..{r[1]}" for head in dict.fromkeys(s[:4] for s in c.shapes)]
         served += [_x(s) for s in c.shapes]
     served = list(dict.fromkeys(served))
     shown = ", ".join(served[:MAX_SHAPES_SHOWN]) + (f" (+{len(served) - MAX_SHAPES_SHOWN} more)"

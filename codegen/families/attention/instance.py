@@ -49,6 +49,7 @@ PERSISTENT_TEMPLATE = "attention_persistent.py.j2"  # schedule persistent, prefi
 # CU only runs its tiles later
 PERSISTENT_WORKGROUPS_PER_CU = 1
 # where query row i's last visible key sits relative to i, as an expression of make_kernel's arguments
+DYNAMIC_KV = "seq_kv"  # the symbolic KV length: its T.dynamic name, and the seq_kv of a dynamic kernel's compile shape
 CAUSAL_SHIFT = {CausalMask.TOP_LEFT: "0", CausalMask.BOTTOM_RIGHT: "seq_kv - seq_q"}
 LOG2E = 1.4426950408889634
 
@@ -104,8 +105,10 @@ class AttentionInstance(InstanceBase):
     # decode, split_kv auto: the workgroups of one wave (the target's CUs/SMs, one workgroup each) that the splits
     # fill per shape (split_for); None for a fixed split (identity only where set: fixed kernels keep their names)
     split_wave: int | None = None
+    # decode, dynamic_kv: the KV lengths (min, max) one kernel serves, seq_kv symbolic (T.dynamic); None: fixed
+    dynamic_kv: tuple[int, int] | None = None
 
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave",)
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv")
 
     def uses_matrix_cores(self) -> bool:
         return True  # Q.K^T and P.V
@@ -130,8 +133,9 @@ class AttentionInstance(InstanceBase):
                     AttentionSchedule.FA3: "_fa3"}.get(self.schedule, "")
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         vt = "_vt" if self.v_transposed else ""
+        dyn = "_dynkv" if self.dynamic_kv is not None else ""
         return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
-                f"_t{self.threads}_s{self.stages}{kp}{split}{schedule}{vt}{tail_tag(self.tail)}")
+                f"_t{self.threads}_s{self.stages}{kp}{split}{dyn}{schedule}{vt}{tail_tag(self.tail)}")
 
     def template_vars(self) -> dict[str, object]:
         loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)
@@ -228,8 +232,25 @@ class AttentionInstance(InstanceBase):
         if self.split_wave is None:
             return self.split_kv
         batch, heads, kv_heads, seq_q, seq_kv = shape
+        if self.dynamic_kv is not None:  # fixed when the kernel is made: the splits of the shortest length it serves
+            seq_kv = self.dynamic_kv[0]
         return auto_split_kv(kv_heads * self.row_blocks(heads // kv_heads * seq_q) * batch,
                              attention_kv_blocks(seq_kv, self.block_n), self.split_wave)
+
+    def compile_shape(self, shape: tuple[int | str, ...]) -> tuple[int | str, ...]:
+        """A dynamic-KV kernel is compiled once for every KV length: its compile shape is
+        (batch, heads, kv_heads, seq_q, 'seq_kv')."""
+        if self.dynamic_kv is None:
+            return tuple(shape)
+        return (*tuple(shape)[:4], DYNAMIC_KV)
+
+    def limit_shapes(self):
+        """The spec's shapes, and for a dynamic-KV kernel each (batch, heads, kv_heads, seq_q) at the longest KV
+        length it serves."""
+        yield from super().limit_shapes()
+        if self.dynamic_kv is not None:
+            for head in dict.fromkeys(s[:4] for s in self.shapes):
+                yield ("dynamic_kv", "max"), (*head, self.dynamic_kv[1])
 
     def row_blocks(self, rows: int) -> int:
         """decode: blocks of BLOCK_M packed query rows per K/V head (rows = heads // kv_heads * seq_q)."""
@@ -283,6 +304,7 @@ class AttentionInstance(InstanceBase):
             "head_dim": self.head_dim, "causal": self.mask.value if self.causal else False,
             "variant": self.variant.value, "split_kv": self.split_kv if self.split_wave is None else "auto",
             **({"split_wave": self.split_wave} if self.split_wave is not None else {}),
+            **({"dynamic_kv": {"min": self.dynamic_kv[0], "max": self.dynamic_kv[1]}} if self.dynamic_kv else {}),
             "softmax_scale": self.softmax_scale,
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "threads": self.threads},
             "pipeline": {"stages": self.stages,
@@ -340,6 +362,7 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         head_dim=spec.head_dim, mask=spec.causal, variant=spec.variant,
         split_kv=tuning.split_kv if isinstance(tuning.split_kv, int) else 1,
         split_wave=None if isinstance(tuning.split_kv, int) or not decode else hw.compute_units * SPLIT_KV_AUTO_WAVES,
+        dynamic_kv=(spec.dynamic_kv.min, spec.dynamic_kv.max) if spec.dynamic_kv and decode else None,
         softmax_scale=scale,
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,

@@ -72,6 +72,8 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
     split_kv auto (these shapes fill little of a wave: a split per KV block, four of them in the first) adds
     half a wave of batches over five blocks: two splits, of two and three blocks."""
     bm, bn = inst.block_m, inst.block_n
+    if inst.dynamic_kv is not None:
+        return dynamic_kv_shapes(inst)
     if inst.variant == AttentionVariant.DECODE:
         ragged = inst.tail != TailPolicy.NONE
         k = (AUTO_CHECK_SPLITS if inst.split_wave else inst.split_kv) * bn
@@ -85,6 +87,24 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
     if inst.tail == TailPolicy.NONE:
         return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one), *rounds]
     return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1), *rounds]
+
+
+# dynamic_kv: the longest KV length verified is at most this many elements of K (batch x seq_kv x kv_heads x head_dim)
+DYNAMIC_KV_VERIFY_ELEMENTS = 1 << 26
+
+
+def dynamic_kv_shapes(inst) -> list[tuple[int, int, int, int, int]]:
+    """dynamic_kv: for each (batch, heads, kv_heads, seq_q) of the spec's shapes, the one compiled kernel at KV
+    lengths across its range: the shortest it serves, one key past it, a ragged length in the middle (half a block
+    and one key past a multiple) and the longest -- or, where K and V there would hold more than
+    DYNAMIC_KV_VERIFY_ELEMENTS, the longest that fits. Every split has a KV block at each (rule dynamic_kv_split)."""
+    lo, hi = inst.dynamic_kv
+    out: list[tuple[int, int, int, int, int]] = []
+    for b, h, kvh, sq in dict.fromkeys(s[:4] for s in inst.shapes):
+        top = min(hi, max(lo, DYNAMIC_KV_VERIFY_ELEMENTS // (b * kvh * inst.head_dim)))
+        mid = min(top, max(lo, (lo + top) // 2 // inst.block_n * inst.block_n + inst.block_n // 2 + 1))
+        out += [(b, h, kvh, sq, n) for n in dict.fromkeys((lo, min(lo + 1, top), mid, top))]
+    return out
 
 
 PERSISTENT_CHECK_HEADS, PERSISTENT_CHECK_KV_HEADS = 16, 4  # the rounds shape: 4 query heads per K/V head

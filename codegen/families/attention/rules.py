@@ -222,6 +222,43 @@ def attn_split_kv(c: AttentionContext) -> Iterator[Violation]:
                                     "every split needs at least one block")
 
 
+def attn_dynamic_kv(c: AttentionContext) -> Iterator[Violation]:
+    """Rules dynamic_kv_*: a decode kernel compiled with seq_kv symbolic (T.dynamic) serves every KV length of
+    `dynamic_kv` with one binary. dynamic_kv_variant: decode only. dynamic_kv_range: min <= max, and every shape's
+    seq_kv (the workloads verify and bench run) inside. dynamic_kv_tail: tail predicated (an arbitrary length
+    leaves the last KV block ragged). dynamic_kv_split: the splits are fixed when the kernel is made -- split_kv, or
+    auto's at seq_kv = min -- so a fixed split_kv must give every split a KV block at min. dynamic_kv_search: no
+    search block (a lockfile picks a kernel per shape; a dynamic-KV spec is one kernel for every length)."""
+    r = c.spec.dynamic_kv
+    if r is None:
+        return
+    if c.spec.variant != AttentionVariant.DECODE:
+        yield Violation(rule="dynamic_kv_variant", path=("dynamic_kv",), value=None,
+                        message="only variant: decode takes a symbolic KV length: remove dynamic_kv")
+        return
+    if r.min > r.max:
+        yield Violation(rule="dynamic_kv_range", path=("dynamic_kv", "min"), value=r.min,
+                        message=f"is over dynamic_kv.max={r.max}: the range is empty")
+    else:
+        for i, s in enumerate(c.spec.shapes):
+            if not r.min <= s.seq_kv <= r.max:
+                yield Violation(rule="dynamic_kv_range", path=("shapes", i, "seq_kv"), value=s.seq_kv,
+                                message=f"is outside dynamic_kv [{r.min}, {r.max}], the KV lengths the kernel serves")
+    if c.spec.tail != TailPolicy.PREDICATED:
+        yield Violation(rule="dynamic_kv_tail", path=("tail",), value=c.spec.tail.value,
+                        message="a KV length known only at run time leaves the last KV block ragged: set tail: "
+                                "predicated")
+    split, bn = c.tuning.split_kv, c.tuning.tiling.block_n
+    if split != "auto" and split > attention_kv_blocks(r.min, bn):
+        yield Violation(rule="dynamic_kv_split", path=c.at("split_kv"), value=split,
+                        message=f"over the {attention_kv_blocks(r.min, bn)} KV block(s) of {bn} keys at "
+                                f"dynamic_kv.min={r.min}: every split needs at least one block (raise min, or auto)")
+    if c.spec.search:
+        yield Violation(rule="dynamic_kv_search", path=("search",), value=None,
+                        message="a dynamic-KV spec is one kernel for every KV length, and tuning picks a kernel per "
+                                "shape: remove search or dynamic_kv")
+
+
 def attn_causal_alignment(c: AttentionContext) -> Iterator[Violation]:
     """bottom_right puts the queries at the end of the keys: with seq_q > seq_kv the first seq_q - seq_kv
     queries would see no key at all."""
@@ -394,7 +431,7 @@ def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
 
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
-    attn_tail_policy, attn_split_kv, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule, attn_ws_target,
+    attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule, attn_ws_target,
     attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
     attn_v_layout_schedule, attn_v_layout_tile,
 )

@@ -21,6 +21,7 @@ from codegen.core.hardware import Target
 from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
+    DynamicRange,
     Identifier,
     Knob,
     Model,
@@ -151,6 +152,9 @@ class _AttentionSpecHead(Model):
     causal: Causal = CausalMask.NONE  # false, top_left or bottom_right (true = top_left)
     variant: AttentionVariant = AttentionVariant.PREFILL
     softmax_scale: PositiveFp32 | None = None  # None: 1/sqrt(head_dim)
+    # decode: seq_kv symbolic over this range, one compiled kernel for every KV length (rules dynamic_kv_*); the
+    # shapes are the workloads verify and bench run, and fix batch, heads, kv_heads and seq_q
+    dynamic_kv: DynamicRange | None = None
 
 
 class AttentionSpec(with_knobs("AttentionSpecTunables", _AttentionSpecHead, ATTENTION_KNOBS, module=__name__)):
@@ -191,6 +195,7 @@ STARTER = """\
   tiling: {block_m: 128, block_n: 128, threads: 256}
   pipeline: {stages: 2}
   # split_kv: 1             # decode: workgroups the KV sequence of one (batch, K/V head) is split over, or auto
+  # dynamic_kv: {min: 1024, max: 131072}   # decode: one compiled kernel for every seq_kv in the range
   # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
   # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
   # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed

@@ -12,6 +12,7 @@ from codegen.families.gemm.targets import GEMM_TARGET
 from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
+    DynamicRange,
     Identifier,
     Knob,
     Model,
@@ -213,15 +214,6 @@ class GemmShape(Model):
     k: PositiveInt
 
 
-class DynamicRange(Model):
-    """`dynamic_m: {min, max}`: the rows (M) one compiled kernel serves, both ends included. M is a symbolic
-    size of the kernel (T.dynamic), so every M in the range runs the same binary; N and K stay the shapes'
-    own, fixed at compile time (one compile per distinct (n, k))."""
-
-    min: PositiveInt
-    max: PositiveInt
-
-
 class Tiling(Model):
     block_m: PositiveInt
     block_n: PositiveInt
@@ -283,7 +275,7 @@ class _GemmSpecHead(Model):
     layout: Layout = Layout.NN
     shapes: Annotated[list[GemmShape], Field(min_length=1, max_length=MAX_SHAPES)]
     # M symbolic over this range (rules dynamic_m_*); the shapes are then the workloads verify and bench run
-    dynamic_m: DynamicRange | None = None
+    dynamic_m: DynamicRange | None = None  # the rows one kernel serves; N and K fixed (one compile per (n, k))
 
 
 class GemmSpec(with_knobs("GemmSpecTunables", _GemmSpecHead, GEMM_KNOBS, module=__name__)):
