@@ -1,9 +1,10 @@
 """`tilegen tune --all`: every spec with a `search:` block, tuned on the GPU present under one time budget.
 
 Resumable: a spec whose every searched shape already has a fresh entry in this device's lockfile, chosen from
-the spec's search space of today, is skipped (`fresh`), and each spec's entries are written to the lockfile as soon as it is tuned, so a run cut short by its
-budget, a session's end or Ctrl-C keeps what it measured and the next run goes on from the first spec still
-without entries. The order is the spec set's (files sorted, specs in file order): deterministic.
+the spec's search space of today, is skipped (`fresh`), and each spec's entries are written to the lockfile as
+soon as it is tuned, so a run cut short by its budget, a session's end or Ctrl-C keeps what it measured and the
+next run goes on from the first spec still without entries. The order is the spec set's (files sorted, specs
+in file order): deterministic.
 
 The budget is one figure for the whole run. A spec is started only while budget is left, and gets what is left
 for its measured rounds (codegen.tune.measure: at least one round is always measured once a spec is started);
