@@ -137,7 +137,8 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
                                  winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY,
                                  space_sha256=space))
-    doc = {"device": gpu.name, "command": command_line(), "git_commit": git_commit(), "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
+    doc = {"device": gpu.name, "command": command_line(), "git_commit": git_commit(),
+           "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
            "verify_s": round(verify_s, 1),
            "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
            "verified": sorted(good), "not_selectable": not_selectable,
