@@ -134,7 +134,7 @@ def attention_kernel(inst, compiled):
     def run(Q, K, V, *rest):
         *ws, O = rest
         b, h, kvh, sq, skv = compiled
-        if getattr(inst, "dynamic_kv", None) is not None:  # compiled for every KV length: K says which
+        if inst.dynamic_kv is not None:  # compiled for every KV length: K says which
             _expect(skv == "seq_kv" and inst.dynamic_kv[0] <= K.shape[1] <= inst.dynamic_kv[1], f"dynamic kv {K.shape}")
             skv = K.shape[1]
         shape = (b, h, kvh, sq, skv)

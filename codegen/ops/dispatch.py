@@ -122,7 +122,7 @@ def resolve(want: Want, shape: tuple, candidates: list[Candidate], device: str) 
             return route("bucket", c, (mi, n, k), f"m={m} run at m={mi}: a shape of spec {c.spec}")
     if want.op == "attention" and len(shape) == 5:
         for c in hand:
-            r = getattr(c.instance, "dynamic_kv", None)
+            r = c.instance.dynamic_kv
             if r is not None and r[0] <= shape[4] <= r[1] and shape[:4] in {s[:4] for s in c.shapes}:
                 return route("dynamic", c, shape, f"dynamic_kv [{r[0]}, {r[1]}] of spec {c.spec}")
     return Route(route="fallback", want=want, shape=shape, detail=_why(want, shape, candidates, device))
@@ -153,7 +153,7 @@ def _why(want: Want, shape: tuple, candidates: list[Candidate], device: str) -> 
         r = c.instance.dynamic_m if want.op == "gemm" else None
         if r is not None:
             served += [f"m {r[0]}..{r[1]} x {n}x{k}" for n, k in dict.fromkeys((s[1], s[2]) for s in c.shapes)]
-        r = getattr(c.instance, "dynamic_kv", None) if want.op == "attention" else None
+        r = c.instance.dynamic_kv if want.op == "attention" else None
         if r is not None:
             served += [f"{_x(head)}x{r[0]}..{r[1]}" for head in dict.fromkeys(s[:4] for s in c.shapes)]
         served += [_x(s) for s in c.shapes]

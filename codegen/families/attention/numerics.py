@@ -70,7 +70,8 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
     block_m / 4 + 1 positions (block_m + 4 rows: a second, almost empty row block) over one split of two
     blocks and the rest of one -- predicated, the keys also one past / half a block past a multiple.
     split_kv auto (these shapes fill little of a wave: a split per KV block, four of them in the first) adds
-    half a wave of batches over five blocks: two splits, of two and three blocks."""
+    half a wave of batches over five blocks: two splits, of two and three blocks. dynamic_kv: the one kernel at
+    lengths across its range instead (dynamic_kv_shapes)."""
     bm, bn = inst.block_m, inst.block_n
     if inst.dynamic_kv is not None:
         return dynamic_kv_shapes(inst)
