@@ -3,7 +3,7 @@ domain errors become one line on stderr and exit code 1 (usage errors: 2; Ctrl-C
 
 from __future__ import annotations
 
-import signal
+import _signal  # `signal` without its enums, whose import takes milliseconds of the start-up window below
 import sys
 import threading
 
@@ -16,9 +16,9 @@ def _interrupted_while_importing(signum, frame) -> None:
 # A Ctrl-C while this module is still being imported (typer, rich, pydantic: a few hundred ms) exits
 # 130 as well, without a traceback; Python's handler is put back at the end of the module.
 _SIGINT_HANDLER = (
-    signal.signal(signal.SIGINT, _interrupted_while_importing)
+    _signal.signal(_signal.SIGINT, _interrupted_while_importing)
     if threading.current_thread() is threading.main_thread()
-    and signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
+    and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler else None
 )
 
 import logging
@@ -466,4 +466,4 @@ def main() -> None:
 
 
 if _SIGINT_HANDLER is not None:
-    signal.signal(signal.SIGINT, _SIGINT_HANDLER)
+    _signal.signal(_signal.SIGINT, _SIGINT_HANDLER)
