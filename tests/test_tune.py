@@ -26,7 +26,16 @@ from codegen.generate.lockfile import (
 )
 from codegen.spec.load import parse_specs
 from codegen.tune.measure import parse_budget
-from codegen.tune.search import STATIC_LABEL, constrain, expand, hand_values, prune, static_rank, tune_static
+from codegen.tune.search import (
+    STATIC_LABEL,
+    constrain,
+    expand,
+    hand_values,
+    prune,
+    static_rank,
+    tune_static,
+    write_report,
+)
 
 BASE = """\
 - name: g
@@ -218,6 +227,19 @@ def test_static_tune_builds_for_real_and_ranks(tmp_path):
     assert waves == sorted(waves, reverse=True)
     assert "time" not in json.dumps(doc)  # no timing is written without measuring
     assert STATIC_LABEL in result.markdown()
+
+
+def test_a_static_tune_never_replaces_the_measured_report(tmp_path):
+    """`tune --static` on a machine without a GPU writes <spec>_<target>_static; the report a GPU measured stays."""
+    measured = tmp_path / "reports" / "tune" / "g_gfx942.json"
+    measured.parent.mkdir(parents=True)
+    measured.write_text('{"selection": "measured"}')
+    result = tune_static(loaded(), Target.GFX942, tmp_path, BuildOptions(),
+                         build=_fake_build(spills_uri="", failed_uri="", lds={}))
+    written = write_report(tmp_path, result)
+    assert sorted(p.name for p in written) == ["g_gfx942_static.json", "g_gfx942_static.md"]
+    assert json.loads(written[0].read_text())["selection"] == STATIC_LABEL
+    assert measured.read_text() == '{"selection": "measured"}'
 
 
 # ---- lockfile --------------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
              max_points: int = MAX_POINTS) -> list[TuneResult]:
     """`tilegen tune NAME`: for each target of the spec with a `search:` block (or those asked for), the
     static stages, then measured selection on the GPU present unless `static`; writes
-    reports/tune/<spec>_<target>.{json,md} and, when measured, tuned/<target>/<device>.json. Before anything
+    reports/tune/<spec>_<target>.{json,md} (<spec>_<target>_static when static) and, when measured,
+    tuned/<target>/<device>.json. Before anything
     runs: every search space is within `max_points` (codegen.tune.search.check_space) and the lockfile to be merged
     into, if any, is a valid one of this GPU."""
     if profile_top and static:

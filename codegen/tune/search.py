@@ -408,10 +408,17 @@ def plot_candidates(measured: dict[str, object], path: Path) -> bool:
     return True
 
 
+def report_stem(root: Path, result: TuneResult) -> Path:
+    """reports/tune/<spec>_<target> for a measured tune, <spec>_<target>_static for a static one: a static rank
+    run on a machine without a GPU never replaces what a GPU measured."""
+    static = "_static" if result.measured is None else ""
+    return confined(root, root / REPORT_DIR / f"{result.spec_name}_{result.target.value}{static}")
+
+
 def write_report(root: Path, result: TuneResult) -> tuple[Path, ...]:
-    """reports/tune/<spec>_<target>.{json,md} (and .png, the measured candidates' plot), written only when the
-    content changed."""
-    stem = confined(root, root / REPORT_DIR / f"{result.spec_name}_{result.target.value}")
+    """report_stem's .json and .md (and .png, the measured candidates' plot), written only when the content
+    changed."""
+    stem = report_stem(root, result)
     written = []
     if result.measured is not None and plot_candidates(result.measured, stem.with_suffix(".png")):
         written.append(stem.with_suffix(".png"))
