@@ -301,6 +301,34 @@ def test_decode_lowers_to_a_split_kernel_and_a_combine_kernel(target):
     assert len(kernels) == 2, kernels  # the splits and the combine
     assert ("__builtin_amdgcn_mfma" if target == "gfx942" else "wgmma") in src
     assert "log2f" in src and "exp2f" in src  # the split's log-sum-exp and the combine's weights
+    assert not FLOAT4_SPLIT_LOAD.search(src)  # combine_vec 1: one fp32 a thread
+
+
+FLOAT4_SPLIT_LOAD = re.compile(r"= \*\(float4\*\)\(O_PART")  # the combine reading 16 bytes of a split's output
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_combine_vec_4_reads_the_splits_16_bytes_a_thread(target):
+    """combine_vec 4: the combine loads the split outputs as float4, 4 splits a step (128 threads, head_dim 128),
+    also where the splits are no multiple of 4 (6: the last step's two extra split indices read the last split,
+    weighted 0). combine_vec 1 keeps its kernel's name and identity."""
+    text = edit(edit(edit(DECODE, "targets: [sm_90]", f"targets: [{target}]"), "block_n: 64", "block_n: 32"),
+                "split_kv: 16", "split_kv: 6")
+    (vec,) = render_all(build_instances(parse_specs(edit(text, "split_kv: 6", "split_kv: 6\n  combine_vec: 4"), FILE)))
+    (one,) = build_instances(parse_specs(edit(text, "split_kv: 6", "split_kv: 6\n  combine_vec: 1"), FILE))
+    (default,) = build_instances(parse_specs(text, FILE))
+    assert one.uri() == default.uri() and "combine_vec" not in one.canonical()
+    assert vec.instance.stem() == one.stem().replace("_k6", "_k6_cv4") and vec.instance.combine_vec == 4
+    assert "COMBINE_SPLITS = THREADS * 4 // HEAD_DIM" in vec.text
+    src = lower(vec, (2, 32, 8, 4, 1024), target).source
+    assert len(FLOAT4_SPLIT_LOAD.findall(src)) == 1, src[src.rindex("__global__"):]
+    assert "min(" in src  # the split index clamped: every load in bounds
+
+
+def test_combine_vec_is_decodes_only():
+    assert errors(edit(BASE, "tail: none", "tail: none\n  combine_vec: 4")) == [
+        ("specs/x.yaml:10:16: combine_vec=4: is how variant: decode merges its KV splits; variant prefill has no "
+         "combine: leave combine_vec at 1 [combine_vec_variant]")]
 
 
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])

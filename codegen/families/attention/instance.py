@@ -107,8 +107,11 @@ class AttentionInstance(InstanceBase):
     split_wave: int | None = None
     # decode, dynamic_kv: the KV lengths (min, max) one kernel serves, seq_kv symbolic (T.dynamic); None: fixed
     dynamic_kv: tuple[int, int] | None = None
+    # decode, combine_vec 4: the fp32 each combine thread loads of a split's output at once (THREADS * 4 // HEAD_DIM
+    # splits a step); None: one, split after split (identity only where set)
+    combine_vec: int | None = None
 
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv")
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv", "combine_vec")
 
     def uses_matrix_cores(self) -> bool:
         return True  # Q.K^T and P.V
@@ -134,8 +137,9 @@ class AttentionInstance(InstanceBase):
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         vt = "_vt" if self.v_transposed else ""
         dyn = "_dynkv" if self.dynamic_kv is not None else ""
+        cv = f"_cv{self.combine_vec}" if self.combine_vec is not None else ""
         return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
-                f"_t{self.threads}_s{self.stages}{kp}{split}{dyn}{schedule}{vt}{tail_tag(self.tail)}")
+                f"_t{self.threads}_s{self.stages}{kp}{split}{cv}{dyn}{schedule}{vt}{tail_tag(self.tail)}")
 
     def template_vars(self) -> dict[str, object]:
         loop = pipelined_loop("kv_blocks", self.stages, self.pipeline_order, self.pipeline_stage)
@@ -305,6 +309,7 @@ class AttentionInstance(InstanceBase):
             "variant": self.variant.value, "split_kv": self.split_kv if self.split_wave is None else "auto",
             **({"split_wave": self.split_wave} if self.split_wave is not None else {}),
             **({"dynamic_kv": {"min": self.dynamic_kv[0], "max": self.dynamic_kv[1]}} if self.dynamic_kv else {}),
+            **({"combine_vec": self.combine_vec} if self.combine_vec is not None else {}),
             "softmax_scale": self.softmax_scale,
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "threads": self.threads},
             "pipeline": {"stages": self.stages,
@@ -324,6 +329,7 @@ class AttentionInstance(InstanceBase):
 
     def summary(self) -> dict[str, str]:
         split = f"decode, split_kv {self.split_label}, " if self.variant == AttentionVariant.DECODE else ""
+        split += f"combine {self.combine_vec}-wide, " if self.combine_vec is not None else ""
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
                 "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
@@ -363,6 +369,7 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         split_kv=tuning.split_kv if isinstance(tuning.split_kv, int) else 1,
         split_wave=None if isinstance(tuning.split_kv, int) or not decode else hw.compute_units * SPLIT_KV_AUTO_WAVES,
         dynamic_kv=(spec.dynamic_kv.min, spec.dynamic_kv.max) if spec.dynamic_kv and decode else None,
+        combine_vec=tuning.combine_vec if decode and tuning.combine_vec > 1 else None,
         softmax_scale=scale,
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,

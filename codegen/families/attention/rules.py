@@ -259,6 +259,16 @@ def attn_dynamic_kv(c: AttentionContext) -> Iterator[Violation]:
                                 "shape: remove search or dynamic_kv")
 
 
+def attn_combine_vec(c: AttentionContext) -> Iterator[Violation]:
+    """Rule combine_vec_variant: combine_vec is how decode's combine kernel reads the splits; prefill has none.
+    (threads, a multiple of the 64-lane wave, times 4 is a multiple of head_dim 64 or 128: every step of a
+    4-wide combine reads whole split rows.)"""
+    if c.tuning.combine_vec != 1 and c.spec.variant != AttentionVariant.DECODE:
+        yield Violation(rule="combine_vec_variant", path=c.at("combine_vec"), value=c.tuning.combine_vec,
+                        message=f"is how variant: decode merges its KV splits; variant {c.spec.variant.value} has no "
+                                "combine: leave combine_vec at 1")
+
+
 def attn_causal_alignment(c: AttentionContext) -> Iterator[Violation]:
     """bottom_right puts the queries at the end of the keys: with seq_q > seq_kv the first seq_q - seq_kv
     queries would see no key at all."""
@@ -431,7 +441,7 @@ def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
 
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
-    attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule,
+    attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_combine_vec, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule,
     attn_ws_target, attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
     attn_v_layout_schedule, attn_v_layout_tile,
 )

@@ -124,6 +124,9 @@ ATTENTION_KNOBS: tuple[Knob, ...] = (
     Knob(name="split_kv", type=PositiveInt | Literal["auto"], default=1,
          doc="decode: workgroups the KV sequence of one (batch, K/V head) is split over: N, or auto (per shape, "
              "the most splits whose workgroups fit one wave of the target's CUs/SMs; rules.auto_split_kv)"),
+    Knob(name="combine_vec", type=Literal[1, 4], default=1,
+         doc="decode: fp32 elements of a split's output each thread of the combine kernel loads at once: 1 (one, "
+             "split after split) or 4 (16-byte loads, threads * 4 // head_dim splits a step; rule combine_vec_variant)"),
     Knob(name="schedule", type=AttentionSchedule, default=AttentionSchedule.DEFAULT,
          doc="prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)"),
     Knob(name="k_pack", type=Literal[1, 2], default=1, takes=K_PACK.takes,
@@ -196,6 +199,7 @@ STARTER = """\
   pipeline: {stages: 2}
   # split_kv: 1             # decode: workgroups the KV sequence of one (batch, K/V head) is split over, or auto
   # dynamic_kv: {min: 1024, max: 131072}   # decode: one compiled kernel for every seq_kv in the range
+  # combine_vec: 1          # decode: fp32 a combine thread loads per split at once: 1, or 4 (16-byte loads)
   # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
   # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
   # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed
