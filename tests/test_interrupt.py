@@ -333,6 +333,16 @@ def test_sigterm_and_sighup_end_verify_and_bench_as_ctrl_c_does(tmp_path, comman
     assert not reports.exists()
 
 
+def test_a_ctrl_c_while_the_cli_imports_ends_it_even_where_the_exit_would_be_swallowed():
+    """The handler of a Ctrl-C during the CLI's imports ends the process itself: a SystemExit raised in the middle
+    of an import was seen lost (the command printed "interrupted" and built everything, exit 0)."""
+    code = ("from codegen.cli import main\n"
+            "try:\n    main._interrupted_while_importing(2, None)\nexcept BaseException:\n    pass\n"
+            "print('carried on')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted\n")
+
+
 def test_ctrl_c_while_click_builds_the_commands_exits_130(monkeypatch, capsys):
     """A Ctrl-C after the imports but before a command runs (typer building its click group: seen at 0.54 s
     in test_ctrl_c_ends_a_parallel_build_at_any_moment on a loaded machine) exits 130 without a traceback."""

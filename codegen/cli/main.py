@@ -4,13 +4,18 @@ domain errors become one line on stderr and exit code 1 (usage errors: 2; Ctrl-C
 from __future__ import annotations
 
 import _signal  # `signal` without its enums, whose import takes milliseconds of the start-up window below
+import os
 import sys
 import threading
 
 
 def _interrupted_while_importing(signum, frame) -> None:
+    # os._exit, not sys.exit: a SystemExit raised in the middle of an import can be lost on its way out (a Ctrl-C
+    # while Python compiled one of this package's modules: the command printed this line and carried on). Nothing
+    # has been started or written yet, so there is nothing to clean up.
     sys.stderr.write("interrupted\n")
-    sys.exit(130)
+    sys.stderr.flush()
+    os._exit(130)
 
 
 # A Ctrl-C while this module is still being imported (typer, rich, pydantic: a few hundred ms) exits
@@ -22,7 +27,6 @@ _SIGINT_HANDLER = (
 )
 
 import logging
-import os
 from pathlib import Path
 from typing import Annotated
 
