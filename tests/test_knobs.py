@@ -11,8 +11,9 @@ from codegen.families import rows
 from codegen.families.attention import spec as attention
 from codegen.families.gemm import spec as gemm
 from codegen.families.norm import spec as norm
+from codegen.families.rope import spec as rope
 from codegen.families.softmax import spec as softmax
-from codegen.families.spec import K_PACK, Knob, missing_from_starter, tunable_paths
+from codegen.families.spec import K_PACK, Knob, Model, int_choice, missing_from_starter, tunable_paths
 
 # tunables a family's starter spec leaves out on purpose, with the reason; every other one appears in it
 STARTER_LEFT_OUT: dict[str, dict[str, str]] = {"gemm": {}, "attention": {}, "rmsnorm": {}, "layernorm": {},
@@ -127,3 +128,27 @@ def test_flow_mapping_keys_count():
     assert missing_from_starter(attention.ATTENTION_KNOBS, attention.STARTER) == []
     assert missing_from_starter(attention.ATTENTION_KNOBS, attention.STARTER.replace("block_n:", "block_x:")) == \
         ["tiling.block_n"]
+
+
+
+def test_an_int_choice_is_written_as_an_integer():
+    """pydantic's Literal takes true for 1 and 4.0 for 4 in lax mode: int_choice refuses both with a line that
+    says why, and keeps the choice's own message for another integer."""
+    from pydantic import ValidationError
+
+    class M(Model):
+        v: int_choice(1, 4) = 1
+
+    assert M(v=4).v == 4
+    for value, message in ((True, "not as true or false"), (4.0, "not as a decimal number"), (2, "Input should be 1 or 4")):
+        with pytest.raises(ValidationError, match=message):
+            M(v=value)
+
+
+@pytest.mark.parametrize(("model", "field"), [(attention.AttentionTuning, "combine_vec"), (attention.AttentionTuning, "k_pack"),
+                                              (gemm.GemmTuning, "k_pack"), (softmax.SoftmaxSpec, "vector"),
+                                              (rope.RopeSpec, "vector")])
+def test_the_integer_choices_are_int_choices(model, field):
+    from pydantic import BeforeValidator
+
+    assert any(isinstance(m, BeforeValidator) for m in model.model_fields[field].metadata), field

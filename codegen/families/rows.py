@@ -26,6 +26,7 @@ from codegen.families.spec import (
     RowDTypes,
     TailPolicy,
     ToleranceScale,
+    int_choice,
     tunable_paths,
     with_knobs,
 )
@@ -42,7 +43,7 @@ class RowShape(Model):
     cols: PositiveInt
 
 
-Vector = Literal[1, 2, 4, 8]
+Vector = int_choice(1, 2, 4, 8)
 MAX_SPLIT = 65535  # workgroups per row: grid x of both split kernels
 MAX_PACK = 32  # rows per workgroup: 1024 threads / one 32-lane group per row
 SPLIT_AUTO_WAVES = 2  # split: auto aims at this many workgroups per CU/SM over all rows

@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
 from pydantic_core import PydanticCustomError
 
 from codegen.core.hardware import DType, Target
@@ -50,6 +50,19 @@ def _fp32(value: float) -> float:
         raise PydanticCustomError("fp32_range", f"must be a normal fp32, from {MIN_NORMAL_FP32:.7g} to {MAX_FP32:.7g}: "
                                   "the kernel computes with it in fp32")
     return value
+
+
+def _written_as_int(value: object) -> object:
+    """Before an int choice's Literal, which in pydantic's lax mode takes true for 1 and 4.0 for 4."""
+    if isinstance(value, bool | float):
+        written = "true or false" if isinstance(value, bool) else "a decimal number"
+        raise PydanticCustomError("int_type", f"must be written as an integer, not as {written}")
+    return value
+
+
+def int_choice(*values: int) -> Any:
+    """One of `values`, written as an integer: `true` or `4.0` is refused, not read as 1 or 4."""
+    return Annotated[Literal[values], BeforeValidator(_written_as_int)]
 
 
 PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]

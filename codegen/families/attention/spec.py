@@ -32,6 +32,7 @@ from codegen.families.spec import (
     TailPolicy,
     TargetOnly,
     ToleranceScale,
+    int_choice,
     override_model,
     resolve_tuning,
     search_model,
@@ -124,12 +125,12 @@ ATTENTION_KNOBS: tuple[Knob, ...] = (
     Knob(name="split_kv", type=PositiveInt | Literal["auto"], default=1,
          doc="decode: workgroups the KV sequence of one (batch, K/V head) is split over: N, or auto (per shape, "
              "the most splits whose workgroups fit one wave of the target's CUs/SMs; rules.auto_split_kv)"),
-    Knob(name="combine_vec", type=Literal[1, 4], default=1,
+    Knob(name="combine_vec", type=int_choice(1, 4), default=1,
          doc="decode: fp32 elements of a split's output each thread of the combine kernel loads at once: 1 (one, "
              "split after split) or 4 (16-byte loads, threads * 4 // head_dim splits a step; rule combine_vec_variant)"),
     Knob(name="schedule", type=AttentionSchedule, default=AttentionSchedule.DEFAULT,
          doc="prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)"),
-    Knob(name="k_pack", type=Literal[1, 2], default=1, takes=K_PACK.takes,
+    Knob(name="k_pack", type=int_choice(1, 2), default=1, takes=K_PACK.takes,
          doc="gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, "
              "k_pack_schedule)"),
     Knob(name="v_layout", type=VLayout, default=VLayout.NATURAL,

@@ -23,6 +23,7 @@ from codegen.families.spec import (
     TailPolicy,
     TargetOnly,
     ToleranceScale,
+    int_choice,
     override_model,
     resolve_tuning,
     search_model,
@@ -230,7 +231,7 @@ GEMM_KNOBS: tuple[Knob, ...] = (
     Knob(name="unroll", type=PositiveInt, default=1, doc="K-loop unroll factor (only with stages <= 1)"),
     Knob(name="swizzle_panel", type=NonNegativeInt, default=0,
          doc="0 = off; else a power of two: the block rasterization panel for L2 reuse"),
-    Knob(name="k_pack", type=Literal[1, 2], default=1, takes=K_PACK.takes,
+    Knob(name="k_pack", type=int_choice(1, 2), default=1, takes=K_PACK.takes,
          doc="MFMA ops packed along K: the ROCm gemm only (TargetSpec.supports_k_pack)"),
     Knob(name="tail", declares_field=False),  # the spec's tail policy: searched, the same on every target
     Knob(name="structure", type=Structure, default=Structure.TILED,

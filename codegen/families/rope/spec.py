@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from codegen.core.hardware import Target
-from codegen.families.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy
+from codegen.families.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy, int_choice
 
 
 class RopeShape(Model):
@@ -24,7 +24,7 @@ class RopeShape(Model):
     kv_heads: PositiveInt  # key heads; must divide heads (GQA; = heads for MHA) (rule gqa_heads)
 
 
-Vector = Literal[1, 2, 4, 8]
+Vector = int_choice(1, 2, 4, 8)
 
 
 class RopeSpec(Model):
