@@ -41,9 +41,8 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
     """`tilegen tune NAME`: for each target of the spec with a `search:` block (or those asked for), the
     static stages, then measured selection on the GPU present unless `static`; writes
     reports/tune/<spec>_<target>.{json,md} (<spec>_<target>_static when static) and, when measured,
-    tuned/<target>/<device>.json. Before anything
-    runs: every search space is within `max_points` (codegen.tune.search.check_space) and the lockfile to be merged
-    into, if any, is a valid one of this GPU."""
+    tuned/<target>/<device>.json. Before anything runs: every search space is within `max_points`
+    (codegen.tune.search.check_space) and the lockfile to be merged into, if any, is a valid one of this GPU."""
     if profile_top and static:
         raise TilegenError("--profile-top profiles the best measured candidates: it needs measured selection, not --static")
     loaded = _loaded(project)

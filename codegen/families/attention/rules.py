@@ -441,8 +441,8 @@ def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
 
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
-    attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_combine_vec, attn_causal_alignment, attn_k_pack_target, attn_k_pack_schedule,
-    attn_ws_target, attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
+    attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_combine_vec, attn_causal_alignment, attn_k_pack_target,
+    attn_k_pack_schedule, attn_ws_target, attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
     attn_v_layout_schedule, attn_v_layout_tile,
 )
 
