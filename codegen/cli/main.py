@@ -12,9 +12,9 @@ import threading
 def _interrupted_while_importing(signum, frame) -> None:
     # os._exit, not sys.exit: a SystemExit raised in the middle of an import can be lost on its way out (a Ctrl-C
     # while Python compiled one of this package's modules: the command printed this line and carried on). Nothing
-    # has been started or written yet, so there is nothing to clean up.
-    sys.stderr.write("interrupted\n")
-    sys.stderr.flush()
+    # has been started or written yet, so there is nothing to clean up. os.write, not sys.stderr: the handler may
+    # run in the middle of a write of sys.stderr's buffer, whose text a CI run saw lost.
+    os.write(2, b"interrupted\n")
     os._exit(130)
 
 
