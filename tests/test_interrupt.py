@@ -4,9 +4,9 @@
 `build` is interrupted for real, many times, at seeded random moments (while the CLI imports, while
 its workers import tilelang, while they lower and compile), counted from the moment the interpreter
 handles SIGINT (before it, the kernel ends any program a Ctrl-C reaches, exit -2, and no program can do
-otherwise); after each, every cache entry must verify and no staging folder may be left, and a final uninterrupted build must reuse what was published and
-build the rest. `verify`, `bench` and `run` are interrupted with their GPU steps replaced by ones that
-never end (this machine may have no GPU). Each case prints its timing (`pytest -s` shows them).
+otherwise); after each, every cache entry must verify and no staging folder may be left, and a final
+uninterrupted build must reuse what was published and build the rest. `verify`, `bench` and `run` are
+interrupted with their GPU steps replaced by ones that never end (this machine may have no GPU). Each case prints its timing (`pytest -s` shows them).
 """
 
 from __future__ import annotations
