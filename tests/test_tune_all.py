@@ -191,3 +191,61 @@ def test_tune_merge_brings_a_lockfile_measured_elsewhere_into_the_project(tmp_pa
     again = merge(second)
     assert again.exit_code == 0 and "(unchanged)" in again.output
     assert runner.invoke(app, ["--project", str(tmp_path), "tune", "g", "--merge", str(first)]).exit_code == 2
+
+
+def test_tune_merge_keeps_the_later_measurement(tmp_path):
+    """Two copies of the project each tuned one spec and each carries the other's entries as they were when it
+    was copied: merged in either order, every shape keeps its latest measurement. An entry that records no time
+    (a lockfile from before `measured_at`) gives way to one that does; two that record none: the later file's."""
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from codegen.cli.main import app
+    from codegen.generate.lockfile import read_lockfile
+
+    (tmp_path / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "x.yaml").write_text(SM90, encoding="utf-8")
+    ls = loaded(SM90)
+    old_a = _entry(ls, spec="g", winner=_candidate(ls, 3, 0.03))
+    old_b = replace(old_a, shape=(512, 256, 256))
+    new_a = replace(old_a, winner=_candidate(ls, 3, 0.01), measured_at="2026-12-03T19:02:11Z")
+    new_b = replace(old_b, winner=_candidate(ls, 3, 0.02), measured_at="2026-12-03T19:20:05Z")
+    copy_a, copy_b = tmp_path / "a.json", tmp_path / "b.json"
+    write_lockfile(copy_a, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(new_a, old_b)))
+    write_lockfile(copy_b, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(old_a, new_b)))
+    runner = CliRunner()
+    mine = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
+    for order in ((copy_a, copy_b), (copy_b, copy_a)):
+        mine.unlink(missing_ok=True)
+        for f in order:  # one command per file, as they come back from the device
+            result = runner.invoke(app, ["--project", str(tmp_path), "tune", "--merge", str(f)])
+            assert result.exit_code == 0, result.output
+        assert "1 kept: measured later than the merged file's" in result.output
+        lock = read_lockfile(mine, target=Target.SM_90)
+        assert sorted((e.shape, e.winner.time_ms, e.measured_at) for e in lock.entries) == [
+            (new_a.shape, 0.01, new_a.measured_at), (new_b.shape, 0.02, new_b.measured_at)]
+    # a later measurement of the same shape still replaces an earlier one
+    newest = replace(new_a, winner=_candidate(ls, 3, 0.015), measured_at="2026-12-04T08:00:00Z")
+    write_lockfile(copy_a, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(newest,)))
+    assert runner.invoke(app, ["--project", str(tmp_path), "tune", "--merge", str(copy_a)]).exit_code == 0
+    assert {e.shape: e.winner.time_ms for e in read_lockfile(mine, target=Target.SM_90).entries}[newest.shape] == 0.015
+
+
+def test_a_lockfile_time_that_is_not_utc_is_refused(tmp_path):
+    import json
+
+    from codegen.generate.lockfile import read_lockfile
+
+    ls = loaded(SM90)
+    path = tmp_path / "x.json"
+    write_lockfile(path, LockFile(target=Target.SM_90, device="NVIDIA H200",
+                                  entries=(_entry(ls, spec="g", measured_at="2026-12-03T19:02:11Z"),)))
+    assert read_lockfile(path).entries[0].measured_at == "2026-12-03T19:02:11Z"
+    doc = json.loads(path.read_text())
+    doc["entries"][0]["measured_at"] = "2026-12-03 19:02:11+01:00"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TilegenError, match=r"entries\[0\]\.measured_at=.*must be a UTC time written "
+                                           r"YYYY-MM-DDTHH:MM:SSZ \[lockfile_schema\]"):
+        read_lockfile(path)

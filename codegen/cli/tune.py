@@ -116,19 +116,25 @@ def run_merge(project: Project, files: list[Path], *, err: Console) -> list[Path
     """`tilegen tune --merge FILE...`: lockfiles measured elsewhere (another machine, a copy of the project)
     merged into this project's lockfile of the same target and device, tuned/<target>/<device>.json. Every file
     is read and validated first (a refused one stops the merge before anything is written); an entry replaces
-    this project's entry of the same spec, hand configuration and shape, the later file winning. Each lockfile is
-    written atomically. Returns the lockfiles written."""
+    this project's entry of the same spec, hand configuration and shape, the later file winning, except where
+    the project's entry (or an earlier file's) records a later measurement (LockEntry.measured_before): that one
+    stays, and is counted. Each lockfile is written atomically. Returns the lockfiles written."""
     incoming = [read_lockfile(f, shown=f.as_posix()) for f in files]
-    merged: dict[tuple[Target, str], tuple[Path, LockFile, int]] = {}  # (target, device) -> path, lockfile, merged
+    # (target, device) -> path, lockfile, entries merged, entries kept because they were measured later
+    merged: dict[tuple[Target, str], tuple[Path, LockFile, int, int]] = {}
     for lock in incoming:
         key = (lock.target, lock.device)
-        path, mine, n = merged[key] if key in merged else (*_project_lock(project, *key), 0)
-        merged[key] = (path, mine.merged(list(lock.entries)), n + len(lock.entries))
+        path, mine, n, kept = merged[key] if key in merged else (*_project_lock(project, *key), 0, 0)
+        held = {e.key: e for e in mine.entries}
+        later = sum(1 for e in lock.entries if e.key in held and e.measured_before(held[e.key]))
+        merged[key] = (path, mine.merged(list(lock.entries), keep_later=True), n + len(lock.entries), kept + later)
     written = []
-    for path, lock, n in merged.values():
+    for path, lock, n, kept in merged.values():
         changed = write_lockfile(path, lock)
-        err.print(f"{path.relative_to(project.root).as_posix()}: {n} entries merged, {len(lock.entries)} in all"
-                  + ("" if changed else " (unchanged)") + "; `tilegen gen` emits the tuned kernels", markup=False)
+        kept_note = f" ({kept} kept: measured later than the merged file's)" if kept else ""
+        err.print(f"{path.relative_to(project.root).as_posix()}: {n} entries merged{kept_note}, {len(lock.entries)} "
+                  "in all" + ("" if changed else " (unchanged)") + "; `tilegen gen` emits the tuned kernels",
+                  markup=False)
         if changed:
             written.append(path)
     return written

@@ -89,6 +89,7 @@ class LockEntry:
     runner_up: Candidate | None
     strategy: str = ""
     space_sha256: str | None = None  # the search space the winner was chosen from (space_sha256()); None: not recorded
+    measured_at: str | None = None  # when the tuner measured it, UTC (`2026-12-03T19:02:11Z`); None: not recorded
 
     @property
     def key(self) -> tuple[str, str, Shape]:
@@ -98,7 +99,16 @@ class LockEntry:
         return {"spec": self.spec, "hand_hash": self.hand_hash, "shape": list(self.shape), "device": self.device,
                 "versions": dict(sorted(self.versions.items())), "winner": self.winner.to_json(),
                 "runner_up": self.runner_up.to_json() if self.runner_up else None, "strategy": self.strategy,
-                **({"space_sha256": self.space_sha256} if self.space_sha256 else {})}
+                **({"space_sha256": self.space_sha256} if self.space_sha256 else {}),
+                **({"measured_at": self.measured_at} if self.measured_at else {})}
+
+    def measured_before(self, other: LockEntry) -> bool:
+        """Whether this entry is known to be an older measurement than `other`: both record when they were
+        measured and this one is earlier, or only `other` records it (an entry of a lockfile that predates the
+        field). Two entries that do not both say so are not ordered."""
+        if other.measured_at is None:
+            return False
+        return self.measured_at is None or self.measured_at < other.measured_at  # ISO 8601 in UTC sorts as text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,13 +122,17 @@ class LockFile:
         return {"format": FORMAT, "target": self.target.value, "device": self.device,
                 "entries": [e.to_json() for e in rows]}
 
-    def merged(self, new: list[LockEntry]) -> LockFile:
-        """This lockfile with `new` entries replacing those of the same key (spec, hand hash, shape)."""
+    def merged(self, new: list[LockEntry], *, keep_later: bool = False) -> LockFile:
+        """This lockfile with `new` entries replacing those of the same key (spec, hand hash, shape). With
+        `keep_later` (merging lockfiles measured elsewhere), an entry of this lockfile measured after the new one
+        stays: a copy of the project that tuned one spec carries the other specs' entries as they were when it was
+        copied, and merging it after a copy that re-tuned them must not bring the old measurements back."""
         keep = {e.key: e for e in self.entries}
         for e in new:
             if e.device != self.device:
                 raise TilegenError(f"an entry measured on {e.device} cannot go into {self.device}'s lockfile")
-            keep[e.key] = e
+            if not (keep_later and e.key in keep and e.measured_before(keep[e.key])):
+                keep[e.key] = e
         return LockFile(target=self.target, device=self.device, entries=tuple(keep.values()))
 
 
@@ -150,18 +164,21 @@ class LockfileError(TilegenError):
 # Field types of the schema: every value a lockfile may hold is bounded, printable and of the one JSON type.
 _Printable = r"^[ -~]+$"  # printable ASCII: no newline, no escape sequence, no control character
 _SHA256, _KERNEL, _DEVICE = r"^[0-9a-f]{64}$", r"^[A-Za-z0-9_.-]+$", r"^[A-Za-z0-9][ -~]*$"
+_UTC = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
 _PATTERN_MEANS = {  # what a pattern asks for, in words
     NAME_PATTERN: "must be a spec name (a lower-case identifier)",
     _SHA256: "must be a sha256: 64 lower-case hexadecimal digits",
     _KERNEL: "must be a kernel name (letters, digits, '_', '.', '-')",
     _DEVICE: "must be a GPU name: printable ASCII, starting with a letter or digit",
     _Printable: "must be printable ASCII on one line",
+    _UTC: "must be a UTC time written YYYY-MM-DDTHH:MM:SSZ",
 }
 SpecName = Annotated[str, StringConstraints(strict=True, pattern=NAME_PATTERN)]
 Sha256 = Annotated[str, StringConstraints(strict=True, pattern=_SHA256)]
 KernelName = Annotated[str, StringConstraints(strict=True, max_length=200, pattern=_KERNEL)]
 DeviceName = Annotated[str, StringConstraints(strict=True, max_length=100, pattern=_DEVICE)]
 Text = Annotated[str, StringConstraints(strict=True, max_length=500, pattern=_Printable)]
+MeasuredAt = Annotated[str, StringConstraints(strict=True, pattern=_UTC)]
 TunablePath = Annotated[str, StringConstraints(strict=True, max_length=100, pattern=r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")]
 
 
@@ -206,12 +223,13 @@ class EntryDoc(_Doc):
     runner_up: CandidateDoc | None = None
     strategy: Text | Literal[""] = ""
     space_sha256: Sha256 | None = None
+    measured_at: MeasuredAt | None = None
 
     def entry(self) -> LockEntry:
         return LockEntry(spec=self.spec, hand_hash=self.hand_hash, shape=self.shape, device=self.device,
                          versions=dict(self.versions), winner=self.winner.candidate(),
                          runner_up=self.runner_up.candidate() if self.runner_up else None, strategy=self.strategy,
-                         space_sha256=self.space_sha256)
+                         space_sha256=self.space_sha256, measured_at=self.measured_at)
 
 
 class LockFileDoc(_Doc):

@@ -122,6 +122,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     versions = local_versions() | gpu_versions(gpu)
     hh = hand_hash(result.loaded, result.target)
     space = canonical_space(dict(result.space))  # the space this run searched
+    measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     per_shape, entries = [], []
     for s in sorted({s for (_, s) in times}):
         ranked = sorted((p for p in alive if (p.uri, s) in times), key=lambda p: (statistics.median(times[(p.uri, s)]), p.uri))
@@ -136,7 +137,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
                                                    for k, v in sorted(baselines.get(s, {}).items())}})
         entries.append(LockEntry(spec=result.spec_name, hand_hash=hh, shape=s, device=gpu.name, versions=versions,
                                  winner=cands[0], runner_up=cands[1] if len(cands) > 1 else None, strategy=STRATEGY,
-                                 space_sha256=space))
+                                 space_sha256=space, measured_at=measured_at))
     doc = {"device": gpu.name, "command": command_line(), "git_commit": git_commit(),
            "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
            "verify_s": round(verify_s, 1),
