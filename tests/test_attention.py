@@ -1158,3 +1158,26 @@ def test_dynamic_kv_splits_are_the_shortest_lengths_even_where_a_longer_one_woul
     module = load_module(f)
     for func in (module.make_dynamic_kernel(1, 32, 8, 4, "seq_kv"), module.make_kernel(1, 32, 8, 4, 65536)):
         assert int(func.buffer_map[func.params[3]].shape[3]) == 2
+
+
+def test_decode_dropped_block_is_rejected_over_a_long_bf16_cache():
+    # one dropped block of 64 keys over 32785 moves a near-uniform softmax's output under bf16's tolerance:
+    # the control was vacuous on the H200 until each split's last block got hot V rows (attention_inputs)
+    inst = FILES[("attn_bf16_decode_dynamic", "sm_90")].instance
+    shape = (1, 8, 2, 1, 32785)
+    assert inst.split_for(shape) > 1
+    status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind="normal", max_elements=1 << 24)
+    assert status == "verified" and controls["dropped_kv_block"] == "rejected", (cmp, controls)
+
+
+def test_the_block_a_wrong_trip_count_drops_is_hot():
+    from codegen.families.attention.numerics import _dropped_block_keep, _split_last_keys
+
+    inst = FILES[("attn_fp16_decode", "sm_90")].instance
+    bn = inst.block_n
+    for seq_kv, split in ((4 * bn + 5, 2), (4 * bn + 5, 1), (20 * bn, 16), (3, 4)):
+        hot = _split_last_keys(inst, seq_kv, split)
+        dropped = ~_dropped_block_keep(inst, 1, seq_kv, 0, split)(torch.zeros(1, 1), torch.arange(seq_kv)[None])[0]
+        assert torch.equal(hot, dropped), (seq_kv, split)
+    assert _split_last_keys(inst, 4 * bn + 5, 2).nonzero().flatten().tolist() == list(range(bn, 2 * bn))
+    assert _split_last_keys(inst, 4 * bn + 5, 1).sum() == 5  # the ragged last block
