@@ -1162,22 +1162,30 @@ def test_dynamic_kv_splits_are_the_shortest_lengths_even_where_a_longer_one_woul
 
 def test_decode_dropped_block_is_rejected_over_a_long_bf16_cache():
     # one dropped block of 64 keys over 32785 moves a near-uniform softmax's output under bf16's tolerance:
-    # the control was vacuous on the H200 until each split's last block got hot V rows (attention_inputs)
-    inst = FILES[("attn_bf16_decode_dynamic", "sm_90")].instance
-    shape = (1, 8, 2, 1, 32785)
-    assert inst.split_for(shape) > 1
-    status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind="normal", max_elements=1 << 24)
-    assert status == "verified" and controls["dropped_kv_block"] == "rejected", (cmp, controls)
+    # and the last of 32 splits is a random 1/32 of the keys, whose V rows' mean is close to all keys': both
+    # controls were vacuous on the H200 until the blocks they drop got hot V rows (attention_inputs)
+    for target in ("sm_90", "gfx942"):
+        inst = FILES[("attn_bf16_decode_dynamic", target)].instance
+        shape = (1, 8, 2, 1, 32785)
+        assert inst.split_for(shape) > 1
+        status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind="normal", max_elements=1 << 24)
+        assert status == "verified" and set(controls.values()) == {"rejected"}, (target, cmp, controls)
 
 
-def test_the_block_a_wrong_trip_count_drops_is_hot():
-    from codegen.families.attention.numerics import _dropped_block_keep, _split_last_keys
+def test_the_blocks_the_split_controls_drop_are_hot():
+    from codegen.families.attention.numerics import _dropped_block_keep, _dropped_split_keep, _split_control_keys
 
     inst = FILES[("attn_fp16_decode", "sm_90")].instance
     bn = inst.block_n
-    for seq_kv, split in ((4 * bn + 5, 2), (4 * bn + 5, 1), (20 * bn, 16), (3, 4)):
-        hot = _split_last_keys(inst, seq_kv, split)
-        dropped = ~_dropped_block_keep(inst, 1, seq_kv, 0, split)(torch.zeros(1, 1), torch.arange(seq_kv)[None])[0]
-        assert torch.equal(hot, dropped), (seq_kv, split)
-    assert _split_last_keys(inst, 4 * bn + 5, 2).nonzero().flatten().tolist() == list(range(bn, 2 * bn))
-    assert _split_last_keys(inst, 4 * bn + 5, 1).sum() == 5  # the ragged last block
+    cols = torch.arange(20 * bn + 5)[None]
+    for seq_kv, split in ((4 * bn + 5, 2), (4 * bn + 5, 1), (20 * bn, 16), (20 * bn + 5, 7), (3, 4)):
+        hot = _split_control_keys(inst, seq_kv, split)
+        c = cols[:, :seq_kv]
+        block = ~_dropped_block_keep(inst, 1, seq_kv, 0, split)(torch.zeros(1, 1), c)[0]
+        lost = ~_dropped_split_keep(inst, seq_kv, split)(torch.zeros(1, 1), c)[0]
+        assert torch.equal(hot & block, block), (seq_kv, split)  # every key dropped_kv_block drops is hot
+        assert (hot & lost).any(), (seq_kv, split)  # and some of the last split's
+        assert hot.sum() <= 2 * bn
+    assert _split_control_keys(inst, 4 * bn + 5, 2).nonzero().flatten().tolist() == list(range(bn, 3 * bn))
+    assert _split_control_keys(inst, 4 * bn + 5, 1).nonzero().flatten().tolist() == [
+        *range(bn), *range(4 * bn, 4 * bn + 5)]  # one split: its first block and its ragged last

@@ -160,18 +160,19 @@ class AttentionCase:
 # seq_q = 4 over 4096 keys a missing mask adds 3 keys of weight ~1/4096 to the first query, well under
 # bf16's 2^-7 at |v| ~ 1 (the control was vacuous), and 64 |v| puts it above.
 HOT_KEY_VALUE_SCALE = 64.0
-# decode: the V rows of split 0's last KV block are as hot, for the same reason: a wrong KV trip count
-# (dropped_kv_block) loses that block of 64 keys, whose share of a near-uniform softmax over 32k keys (1/512)
-# moves the output well under bf16's 2^-7 of |v| (the control was vacuous at 1 x 32 x 8 x 1 x 32785, bf16).
-# One block only: the last block of every split, at 16 splits of 2 blocks, made half the keys hot and drowned
-# the last seq_q keys' signal (causal_mask_missing went vacuous).
+# decode: the V rows of the two KV blocks the split controls drop are as hot, for the same reason: split 0's
+# last block (dropped_kv_block: a wrong KV trip count) and the last split's first block (dropped_split: the
+# combine skipping a split). One block of 64 keys is 1/512 of a near-uniform softmax over 32k keys, and a
+# random 1/32 of the keys shifts the mean of their V rows little, both under bf16's 2^-7 of |v| (the controls
+# were vacuous at 1 x 32 x 8 x 1 x 32785, bf16). Two blocks only: the last block of every split, at 16 splits
+# of 2 blocks, made half the keys hot and drowned the last seq_q keys' signal (causal_mask_missing).
 
 
 def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> AttentionCase:
     """'normal': Q, K, V ~ N(0,1). 'wide': each head of Q, K and V scaled by e^[-1.5, 1.5] (sharper and
     flatter softmax rows from head to head, outputs of different sizes), all rounded to the input dtype.
     Times HOT_KEY_VALUE_SCALE: V of the last seq_q keys (bottom_right with seq_q < seq_kv) and, decode, V of
-    split 0's last KV block (_split_last_keys).
+    the KV blocks the split controls drop (_split_control_keys).
     decode also gets its fp32 workspace (O_PART, LSE), NaN-filled: the kernel must write what it reads."""
     import torch
 
@@ -189,7 +190,7 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
     if inst.mask == CausalMask.BOTTOM_RIGHT and sq < skv:
         hot[skv - sq:] = True
     if inst.variant == AttentionVariant.DECODE:
-        hot |= _split_last_keys(inst, skv, inst.split_for(shape))
+        hot |= _split_control_keys(inst, skv, inst.split_for(shape))
     v[:, hot] *= HOT_KEY_VALUE_SCALE
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     qq, kq, vq = q.to(dt), k.to(dt), v.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
@@ -278,15 +279,19 @@ def _split_first_block(split: int, kv_blocks: int, split_kv: int) -> int:
     return split * kv_blocks // split_kv
 
 
-def _split_last_keys(inst, seq_kv: int, split: int):
-    """decode: a [seq_kv] mask of the keys of split 0's last KV block (the one dropped_kv_block drops; with one
-    split, the last block, which may be ragged)."""
+def _split_control_keys(inst, seq_kv: int, split: int):
+    """decode: a [seq_kv] mask of the keys of split 0's last KV block (what dropped_kv_block drops) and of the
+    last split's first block (what dropped_split drops first); with one split, the last block (maybe ragged)."""
     import torch
 
-    last = _split_first_block(1, math.ceil(seq_kv / inst.block_n), split) - 1
+    nb, bn = math.ceil(seq_kv / inst.block_n), inst.block_n
     keys = torch.zeros(seq_kv, dtype=torch.bool)
+    last = _split_first_block(1, nb, split) - 1
     if last >= 0:  # split 0 has a block
-        keys[last * inst.block_n:(last + 1) * inst.block_n] = True
+        keys[last * bn:(last + 1) * bn] = True
+    first = _split_first_block(split - 1, nb, split)
+    if first < nb:  # the last split has a block
+        keys[first * bn:(first + 1) * bn] = True
     return keys
 
 
