@@ -79,14 +79,22 @@ def handles_sigint(pid: int) -> bool:
     return bool(int(caught, 16) >> (signal.SIGINT - 1) & 1)
 
 
+def _default_stop_signals() -> None:
+    """In the child, before exec: SIGINT, SIGTERM and SIGHUP at their default action."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def interrupt(cmd: list[str], delay_s: float, *, after: Callable[[], bool] | None = None, cwd: Path = REPO_ROOT,
               env: dict[str, str] | None = None, sig: int = signal.SIGINT, group: bool = True):
     """Start `cmd` in a new process group, send `sig` to the group (to the command's process alone without
     `group`: `kill PID`) `delay_s` after its interpreter handles SIGINT (handles_sigint; or after `after()`
     first holds); (exit code, seconds from the signal to the exit, stdout, stderr, processes of the group
-    still running). Exit code None: the command had finished before the signal."""
+    still running). Exit code None: the command had finished before the signal. The command starts with the
+    stop signals at their default action, whatever this process inherited: under `nohup` SIGHUP is ignored, and
+    tilegen keeps an ignored SIGHUP ignored (stop_on_signals), so a test run under nohup saw no stop."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_stop_signals)
     try:
         deadline = time.monotonic() + 120
         while not handles_sigint(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
