@@ -518,7 +518,9 @@ def test_ctrl_c_leaves_no_half_written_entry(tmp_path):
     entry present verifies, no staging folder is left."""
     proc = subprocess.Popen([str(Path(sys.executable).with_name("tilegen")), "build", "--all", "--target", "gfx942",
                              "--first-shape", "--cache-dir", str(tmp_path)], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a background job of a shell without job control inherits SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list((tmp_path / "staging").glob("*/kernel.hip")):
         time.sleep(0.05)  # wait until a worker is mid-build (lowered, compiling)
