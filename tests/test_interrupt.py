@@ -94,7 +94,8 @@ def interrupt(cmd: list[str], delay_s: float, *, after: Callable[[], bool] | Non
     stop signals at their default action, whatever this process inherited: under `nohup` SIGHUP is ignored, and
     tilegen keeps an ignored SIGHUP ignored (stop_on_signals), so a test run under nohup saw no stop."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_stop_signals)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_stop_signals)  # noqa: PLW1509 - signal.signal only, no lock
     try:
         deadline = time.monotonic() + 120
         while not handles_sigint(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
