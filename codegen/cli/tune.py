@@ -125,9 +125,10 @@ def run_merge(project: Project, files: list[Path], *, err: Console) -> list[Path
     for lock in incoming:
         key = (lock.target, lock.device)
         path, mine, n, kept = merged[key] if key in merged else (*_project_lock(project, *key), 0, 0)
-        held = {e.key: e for e in mine.entries}
-        later = sum(1 for e in lock.entries if e.key in held and e.measured_before(held[e.key]))
-        merged[key] = (path, mine.merged(list(lock.entries), keep_later=True), n + len(lock.entries), kept + later)
+        result = mine.merged(list(lock.entries), keep_later=True)
+        now = {e.key: e for e in result.entries}
+        later = sum(1 for e in lock.entries if now[e.key] is not e)  # the merge kept the one it held
+        merged[key] = (path, result, n + len(lock.entries), kept + later)
     written = []
     for path, lock, n, kept in merged.values():
         changed = write_lockfile(path, lock)
