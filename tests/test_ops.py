@@ -258,6 +258,53 @@ def test_a_lockfile_entry_answers_only_for_its_device(project):
     assert route.route == "spec" and "16x32x64" in route.kernel  # the hand configuration
 
 
+def _two_tuned_specs(root, times_ms):
+    """A project of two specs of one kind (gemv and tiled, say) that list one shape, each with a lockfile entry
+    there on the H200 whose winner measured times_ms[i]."""
+    spec = """\
+- name: {name}
+  op: gemm
+  dtypes: {{a: bf16, b: bf16, out: bf16, accumulate: fp32}}
+  layout: nt
+  shapes: [{{m: 16, n: 256, k: 128}}]
+  tiling: {{block_m: 16, block_n: 32, block_k: {bk}, threads: 128}}
+  pipeline: {{stages: 2}}
+  tail: predicated
+  targets: [sm_90]
+  search:
+    sm_90:
+      tiling: {{block_n: [32, 64]}}
+"""
+    (root / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
+    (root / "specs").mkdir()
+    (root / "specs" / "two.yaml").write_text(spec.format(name="a_first", bk=64) + spec.format(name="b_second", bk=128),
+                                             encoding="utf-8")
+    entries = []
+    for ls, ms in zip(load_spec_files([root / "specs"], root), times_ms, strict=True):
+        inst, why = winner_instance(ls, Target.SM_90, WINNER)
+        assert inst is not None, why
+        entries.append(LockEntry(spec=ls.spec.name, hand_hash=hand_hash(ls, Target.SM_90), shape=TUNED_SHAPE,
+                                 device=H200, versions=local_versions(), runner_up=None, strategy="test",
+                                 winner=Candidate(uri=inst.uri(), tunables=WINNER, time_ms=ms,
+                                                  code_sha256=render(inst).code_sha256)))
+    write_lockfile(lock_path(root, Target.SM_90, H200), LockFile(target=Target.SM_90, device=H200,
+                                                                 entries=tuple(entries)))
+    return {e.spec: e.winner.uri for e in entries}
+
+
+@pytest.mark.parametrize("times_ms, fastest", [((0.02, 0.01), "b_second"), ((0.01, 0.02), "a_first")])
+def test_of_two_specs_tuned_at_one_shape_the_faster_winner_serves_it(tmp_path, times_ms, fastest):
+    uris = _two_tuned_specs(tmp_path, times_ms)
+    ops = _load(tmp_path)
+    x, w = bf16(16, 128), bf16(256, 128, scale=0.1)
+    route = ops.route("gemm", GemmArgs(x, w, "nt", torch.bfloat16, ""))
+    assert (route.route, route.spec, route.kernel) == ("tuned", fastest, uris[fastest])
+    assert "the fastest tuned entry at this shape" in route.detail
+    # a call at a smaller M pads to the tuned M: the bucket takes the faster kernel too
+    assert ops.route("gemm", GemmArgs(bf16(9, 128), w, "nt", torch.bfloat16, "")).kernel == uris[fastest]
+    torch.testing.assert_close(ops.linear(x, w), (x.double() @ w.double().t()).to(torch.bfloat16))
+
+
 def test_bucket_pads_at_most_the_block_ratio(ops):
     want, _ = ADAPTERS["gemm"].call(ops._ctx, GemmArgs(bf16(8, 128), bf16(256, 128), "nt", torch.bfloat16, ""))
     hand = [dataclasses.replace(c, shapes=((64, 256, 128),)) for c in ops.kernels()[want]

@@ -65,6 +65,12 @@ class Project:
         lockfiles (tuned/<target>/<device>.json) chose for some shapes."""
         return self._tuned(paths, targets)[0]
 
+    def rendered_and_entries(self, targets: list[Target] | None = None) -> tuple[list[RenderedFile], tuple]:
+        """rendered(), and the fresh lockfile entries it used: (target, LockEntry, instance) each
+        (codegen.generate.lockfile.CheckReport.fresh) -- what each tuned kernel measured at its shape."""
+        files, report = self._tuned(None, targets)
+        return files, report.fresh
+
     def _tuned(self, paths, targets):
         from codegen.generate.lockfile import tuned_instances
 

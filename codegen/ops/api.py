@@ -121,14 +121,15 @@ class Ops:
     """The kernels of one project for one device. Build it with `tilegen.load`."""
 
     def __init__(self, *, files: list[RenderedFile], target: Target, device_name: str, backend: Backend,
-                 strict: bool = False, project_root: Path | None = None):
+                 strict: bool = False, project_root: Path | None = None,
+                 tuned_ms: dict[tuple[str, tuple[int, ...]], float] | None = None):
         self.target = target
         self.device_name = device_name
         self.strict = strict
         self.project_root = project_root
         self.backend = backend
         self._ctx = Ctx(target=target, device_type=backend.device_type)
-        self._catalog = catalog(files, target)
+        self._catalog = catalog(files, target, tuned_ms)
         self._routes: dict[tuple[Want, tuple], Route] = {}
         self._plans: dict[tuple[str, Want, tuple], _Plan] = {}  # what each (op, want, shape) runs, and its count
         self._hot: dict[tuple, _Plan] = {}  # (op, call key) -> its plan: the calls already checked
@@ -481,9 +482,10 @@ def load(project_dir: str | Path | None = None, *, strict: bool = False, backend
         backend = TileLangBackend(root, target, gpu)
     elif target is None or device_name is None:
         raise OpsError("tilegen.load: a backend needs the target and device_name it stands for")
-    files = Project(root=root).rendered(None, [target])
+    files, entries = Project(root=root).rendered_and_entries([target])
+    times = {(e.spec, tuple(e.shape)): e.winner.time_ms for _, e, _ in entries if e.device == device_name}
     return Ops(files=files, target=target, device_name=device_name, backend=backend, strict=strict,
-               project_root=root)
+               project_root=root, tuned_ms=times)
 
 
 __all__ = ["Backend", "FallbackWarning", "NoKernelError", "Ops", "OpsError", "OpsInputError", "StatRow",

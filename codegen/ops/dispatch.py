@@ -3,7 +3,9 @@ function, `resolve`, whose answer -- a `Route` -- says what it chose and why.
 
 In order, for a call whose kernels must be `want` (codegen.ops.adapters.Want) at `shape`:
 
-1. tuned    a lockfile entry of this device for exactly this shape: the configuration the tuner chose;
+1. tuned    a lockfile entry of this device for exactly this shape: the configuration the tuner chose (where
+            several specs' entries answer -- a gemv spec and a tiled one tuned at one decode shape -- the one
+            whose winner measured fastest, each time from its own tune run on this device);
 2. spec     a spec that lists this shape: its hand configuration;
 3. GEMM only, by M (N and K as a spec lists them):
    bucket   a lockfile entry of this device at the same N, K and the smallest tuned M at or above the call's:
@@ -20,7 +22,8 @@ An entry tuned on another device never answers (a lockfile only speaks for its o
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from codegen.core.hardware import Target
@@ -43,10 +46,15 @@ class Candidate:
     spec: str
     shapes: tuple[tuple[int, ...], ...]
     tuned_on: str
+    tuned_ms: tuple[tuple[tuple[int, ...], float], ...] = ()  # (shape, the winner's median ms) from the lockfile
 
     @property
     def instance(self):
         return self.rendered.instance
+
+    def time_at(self, shape: tuple) -> float:
+        """What the lockfile measured this kernel at `shape` (inf where it records nothing)."""
+        return next((ms for s, ms in self.tuned_ms if s == shape), math.inf)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,8 +75,11 @@ class Route:
         return self.rendered.uri if self.rendered is not None else "torch"
 
 
-def catalog(files: Iterable[RenderedFile], target: Target) -> dict[Want, list[Candidate]]:
-    """Every kernel of `target` that an op can call, by the Want it serves, in the files' (sorted) order."""
+def catalog(files: Iterable[RenderedFile], target: Target,
+            times: Mapping[tuple[str, tuple[int, ...]], float] | None = None) -> dict[Want, list[Candidate]]:
+    """Every kernel of `target` that an op can call, by the Want it serves, in the files' (sorted) order.
+    `times`: (spec, shape) -> the median ms its lockfile entry's winner measured (the tuned candidates' times)."""
+    times = times or {}
     out: dict[Want, list[Candidate]] = {}
     for f in files:
         inst = f.instance
@@ -81,8 +92,10 @@ def catalog(files: Iterable[RenderedFile], target: Target) -> dict[Want, list[Ca
             if want is None:
                 continue
             for ref in f.specs:
-                out.setdefault(want, []).append(Candidate(rendered=f, spec=ref.name, shapes=tuple(ref.shapes),
-                                                          tuned_on=ref.tuned_on))
+                shapes = tuple(tuple(s) for s in ref.shapes)
+                tuned_ms = tuple((s, times[ref.name, s]) for s in shapes if ref.tuned_on and (ref.name, s) in times)
+                out.setdefault(want, []).append(Candidate(rendered=f, spec=ref.name, shapes=shapes,
+                                                          tuned_on=ref.tuned_on, tuned_ms=tuned_ms))
     return out
 
 
@@ -99,9 +112,14 @@ def resolve(want: Want, shape: tuple, candidates: list[Candidate], device: str) 
         return Route(route=kind, want=want, shape=shape, rendered=c.rendered, spec=c.spec, run_shape=run_shape,
                      detail=detail)
 
-    for c in tuned:
-        if shape in c.shapes:
-            return route("tuned", c, shape, f"lockfile entry of {c.spec} on {device}")
+    answering = [c for c in tuned if shape in c.shapes]
+    if answering:
+        c = min(answering, key=lambda c: c.time_at(shape))  # min() keeps the first of equal times: the files' order
+        detail = f"lockfile entry of {c.spec} on {device}"
+        if len(answering) > 1:
+            others = ", ".join(f"{o.spec} {o.time_at(shape):.4g} ms" for o in answering if o is not c)
+            detail += f": the fastest tuned entry at this shape ({c.time_at(shape):.4g} ms; {others})"
+        return route("tuned", c, shape, detail)
     for c in hand:
         if shape in c.shapes:
             return route("spec", c, shape, f"a shape of spec {c.spec}")
@@ -129,7 +147,8 @@ def resolve(want: Want, shape: tuple, candidates: list[Candidate], device: str) 
 
 
 def _bucket(candidates: list[Candidate], m: int, n: int, k: int) -> tuple[Candidate, int] | None:
-    """The static kernel and tuned/listed M of the smallest M >= m at (n, k) within BUCKET_MAX_BLOCK_RATIO."""
+    """The static kernel and tuned/listed M of the smallest M >= m at (n, k) within BUCKET_MAX_BLOCK_RATIO (of
+    kernels tuned at that M, the one measured fastest)."""
     best = None
     for c in candidates:
         if c.instance.dynamic_m is not None:
@@ -138,8 +157,8 @@ def _bucket(candidates: list[Candidate], m: int, n: int, k: int) -> tuple[Candid
         for mi, ni, ki in c.shapes:
             if (ni, ki) != (n, k) or mi < m or -(-mi // bm) > BUCKET_MAX_BLOCK_RATIO * -(-m // bm):
                 continue
-            if best is None or mi < best[1]:
-                best = (c, mi)
+            if best is None or (mi, c.time_at((mi, n, k))) < (best[1], best[0].time_at((best[1], n, k))):
+                best = (c, mi)  # the smallest M; of two kernels tuned there, the faster
     return best
 
 
