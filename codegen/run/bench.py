@@ -84,9 +84,11 @@ class BenchRow:
 
 
 def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps: float,
-               baselines_for: frozenset[str] | None = None) -> BenchRow:
+               baselines_for: frozenset[str] | None = None, run_shape: tuple | None = None) -> BenchRow:
     """Time one kernel at one shape beside the baselines (all kernels, or only those in `baselines_for`:
-    the tuner times torch once per shape, beside the hand configuration); runs inside a worker process."""
+    the tuner times torch once per shape, beside the hand configuration); runs inside a worker process.
+    `run_shape`: the kernel runs at this shape instead (a dispatch bucket: a kernel compiled for a larger M,
+    on A padded with zero rows) while the baselines, the FLOP and byte counts are the call's `shape`'s."""
     import time
 
     import torch
@@ -96,16 +98,19 @@ def bench_case(rendered, shape, run_target: Target, flush_nbytes: int, copy_gbps
     t0 = time.perf_counter()
     inst = rendered.instance
     fam = family(inst).numerics
-    kernel = compile_kernel(rendered, shape, run_target)
-    case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cuda", run_target=run_target)
+    run_shape = tuple(shape) if run_shape is None else tuple(run_shape)
+    kernel = compile_kernel(rendered, run_shape, run_target)
+    run_case = fam.make_inputs(inst, run_shape, seed=0, kind="normal", device="cuda", run_target=run_target)
+    case = run_case if run_shape == tuple(shape) else fam.make_inputs(inst, shape, seed=0, kind="normal",
+                                                                      device="cuda", run_target=run_target)
     out_dtype = torch_dtype(inst.spec_dtypes[-2], run_target)
-    outs = fam.alloc_outputs(inst, shape, run_target, fill=None)
+    outs = fam.alloc_outputs(inst, run_shape, run_target, fill=None)
     flush = torch.empty(flush_nbytes, dtype=torch.uint8, device="cuda")
     row = BenchRow(uri=rendered.uri, name=inst.name, target=inst.target.value, shape=tuple(shape),
                    dtypes=inst.dtype_label(), status="ok",
                    flops=fam.flops(inst, shape), bytes=fam.bytes(inst, shape),
                    baseline_bytes=fam.baseline_bytes(inst, shape), baseline_precision=fam.baseline_precision(inst))
-    row.kernel = Timing.of(time_ms(lambda: fam.launch(kernel, case, *outs), flush))
+    row.kernel = Timing.of(time_ms(lambda: fam.launch(kernel, run_case, *outs), flush))
     baselines = fam.baselines(inst, case, out_dtype) if baselines_for is None or rendered.uri in baselines_for else {}
     for name, fn in baselines.items():
         try:
