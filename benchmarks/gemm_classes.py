@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                     "vs_compile": bench.speedup.get("compile")}
             print(f"{c.dtype} {c.layout} {c.cls:13} {_x(c.shape):>18} {c.route:8} {row['vs_cublas']:.3f}x", flush=True)
     doc = {"command": command_line(), "commit": git_commit(), "device": gpu.name, "torch": torch.__version__,
+           "environment": {"command": command_line(), "git_commit": git_commit(), "device": gpu.name,
+                           "torch": torch.__version__},
            "copy_gbps": copy_gbps, "targets": {"geomean_vs_cublas": TARGET_GEOMEAN, "floor_vs_cublas": TARGET_FLOOR},
            "summary": summarise(rows), "rows": rows}
     text = markdown(doc)

@@ -144,3 +144,37 @@ def test_attention_fa3_run_names_sm90_seeds_of_the_same_shapes():
         assert (by_name[fa3].schedule, by_name[default].schedule) == ("fa3", "default")
         assert by_name[fa3].shapes == by_name[default].shapes and by_name[fa3].mask == by_name[default].mask
         assert (by_name[fa3].spec_dtypes, by_name[fa3].head_dim) == (by_name[default].spec_dtypes, by_name[default].head_dim)
+
+
+def test_gemm_classes_are_each_served_by_a_kernel_of_the_project():
+    """benchmarks/gemm_classes.py routes every class of every (dtype, layout) through the project's dispatch as an
+    H200 sees it: none falls back to torch, and a class whose spec is gone would."""
+    import tilegen
+    from codegen.core.hardware import Target
+
+    bench = _load("gemm_classes")
+    ops = tilegen.load(BENCHMARKS.parent, backend=bench.RoutesOnly(), target=Target.SM_90, device_name="NVIDIA H200")
+    calls, rendered = bench.routes(ops, "meta")
+    assert len(calls) == len(bench.CLASSES) * len(bench.COMBOS)
+    assert [c for c in calls if c.route == "fallback"] == []
+    assert {(c.kernel, c.run_shape) for c in calls} == set(rendered)
+    elsewhere = tilegen.load(BENCHMARKS.parent, backend=bench.RoutesOnly(), target=Target.SM_90,
+                             device_name="NVIDIA H100")  # no lockfile of its own: hand configurations only
+    assert all(c.route != "tuned" for c in bench.routes(elsewhere, "meta")[0])
+
+
+def test_gemm_classes_summary_meets_the_targets_only_with_every_class_served_and_fast():
+    bench = _load("gemm_classes")
+    rows = [{"dtype": d, "layout": lay, "class": c, "shape": [m, n, k], "route": "tuned", "vs_cublas": 1.05}
+            for d, lay in bench.COMBOS for c, m, n, k in bench.CLASSES]
+    assert all(s["met"] for s in bench.summarise(rows))
+    slow = [dict(r) for r in rows]
+    slow[0]["vs_cublas"] = 0.9  # one class below the floor, the geometric mean still above 1.02
+    summary = {s["group"]: s for s in bench.summarise(slow)}
+    assert summary["all"]["geomean_vs_cublas"] > bench.TARGET_GEOMEAN and not summary["all"]["met"]
+    assert summary["all"]["below_floor"] == 1 and summary["all"]["slowest"].endswith("0.900x")
+    assert summary["bf16 nt"]["met"]
+    unserved = [dict(r) for r in rows]
+    unserved[-1] = {**unserved[-1], "route": "fallback", "vs_cublas": None}
+    summary = {s["group"]: s for s in bench.summarise(unserved)}
+    assert summary["all"]["not_served"] == 1 and not summary["all"]["met"] and not summary["bf16 nn"]["met"]

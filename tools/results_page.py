@@ -63,6 +63,8 @@ def kind_of(data) -> str:
         return "unknown"
     if "cases" in data and "environment" in data:
         return "verify"
+    if "rows" in data and "summary" in data and "targets" in data:
+        return "gemm_classes"
     if "rows" in data and "copy_gbps" in data and "sms" in data:
         return "split_sweep"
     if "rows" in data and "copy_gbps" in data:
@@ -245,6 +247,24 @@ def section_dynamic_m(data) -> list[str]:
     return out + _table(["M", "dynamic ms", "static ms", "dynamic / static", "torch eager ms", "identical"], rows)
 
 
+def section_gemm_classes(data) -> list[str]:
+    t = data["targets"]
+    out = [(f"GEMM shape classes routed by the project's dispatch, each kernel against cuBLAS at the call's shape "
+            f"(`benchmarks/gemm_classes.py`). Targets: geometric mean >= {t['geomean_vs_cublas']}x, no class below "
+            f"{t['floor_vs_cublas']}x, every class served."), ""]
+    out += _table(["group", "classes", "timed", "not served", "geomean vs cuBLAS", f"below {t['floor_vs_cublas']}x",
+                   "slowest", "targets met"],
+                  [[s["group"], s["classes"], s["timed"], s["not_served"],
+                    f"{s['geomean_vs_cublas']:.3f}x" if s["geomean_vs_cublas"] else "-", s["below_floor"], s["slowest"],
+                    "yes" if s["met"] else "no"] for s in data["summary"]])
+    rows = [[r["dtype"], r["layout"], r["class"], "x".join(map(str, r["shape"])), r["route"], _code(r["kernel"]),
+             _ms(r.get("ms")), _ms(r.get("cublas_ms")),
+             f"{r['vs_cublas']:.3f}x" if r.get("vs_cublas") else (r.get("error") or r["detail"])[:120]]
+            for r in data["rows"]]
+    return out + [""] + _table(["dtype", "layout", "class", "m x n x k", "route", "kernel", "ms", "cuBLAS ms",
+                                "vs cuBLAS"], rows)
+
+
 def section_build_bench(data) -> list[str]:
     rows = [[t, v.get("builds"), f"{v.get('lower_s_median', 0):.2f}", f"{v.get('compile_s_median', 0):.2f}"]
             for t, v in sorted(data.get("by_target", {}).items())]
@@ -332,7 +352,7 @@ def tuned_summary(entries) -> list[str]:
 SECTIONS = {"verify": section_verify, "bench": section_bench, "static": section_static, "sass": section_sass,
             "tune": section_tune, "profile": section_profile, "dynamic_m": section_dynamic_m,
             "build_bench": section_build_bench, "experiment": section_experiment, "llama_layer": section_llama_layer,
-            "split_sweep": section_split_sweep}
+            "split_sweep": section_split_sweep, "gemm_classes": section_gemm_classes}
 
 
 def render(root: Path) -> str:
