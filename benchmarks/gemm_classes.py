@@ -13,7 +13,8 @@ torch at the call's shape in the same worker: eager (cuBLAS) and torch.compile. 
 row of its own, `not served`, with dispatch's reason, and counts as a miss.
 
 The summary is per (dtype, layout) and over all rows: the geometric mean of the speed-up on cuBLAS over the
-served classes, the slowest class, and how many classes are not served.
+served classes, the slowest class, and how many classes are not served. Each row names the target its kernel ran
+for (the GPU's) and its status: ok, error, or not served.
 """
 
 from __future__ import annotations
@@ -190,9 +191,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from codegen.run.bench import bench_case, flush_bytes, measure_copy_gbps
-    from codegen.run.gpu import ContainedRunner, detect_gpu, precompile
+    from codegen.run.gpu import ContainedRunner, NoGpu, detect_gpu, precompile
 
-    gpu = detect_gpu()
+    try:
+        gpu = detect_gpu()
+    except NoGpu as exc:
+        print(f"gemm_classes: no GPU to time the classes on: {exc} (--list routes them without one)", file=sys.stderr)
+        return 1
     ops = tilegen.load(args.project)
     calls, rendered = routes(ops, "cuda")
     jobs = [(f, shape) for (_, shape), f in rendered.items()]
@@ -203,11 +208,13 @@ def main(argv: list[str] | None = None) -> int:
         _, copy_gbps, _ = runner.call(measure_copy_gbps, nflush)
         for c in calls:
             row = {"dtype": c.dtype, "layout": c.layout, "class": c.cls, "shape": list(c.shape), "route": c.route,
-                   "kernel": c.kernel, "run_shape": list(c.run_shape), "detail": c.detail}
+                   "kernel": c.kernel, "run_shape": list(c.run_shape), "detail": c.detail,
+                   "target": gpu.run_target.value, "status": "not served"}
             rows.append(row)
             if c.route == "fallback":
                 continue
             f = rendered[c.kernel, c.run_shape]
+            row["status"] = "error"
             if (f.uri, c.run_shape) in errors:
                 row["error"] = "compile: " + errors[f.uri, c.run_shape][:300]
                 continue
@@ -215,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             if not ok or bench.status != "ok":
                 row["error"] = str(bench if not ok else bench.error)[:300]
                 continue
-            row |= {"ms": bench.kernel.median_ms, "tflops": bench.tflops,
+            row |= {"status": "ok", "ms": bench.kernel.median_ms, "tflops": bench.tflops,
                     "cublas_ms": bench.baselines["eager"].median_ms, "vs_cublas": bench.speedup["eager"],
                     "vs_compile": bench.speedup.get("compile")}
             print(f"{c.dtype} {c.layout} {c.cls:13} {_x(c.shape):>18} {c.route:8} {row['vs_cublas']:.3f}x", flush=True)
