@@ -1,8 +1,11 @@
-"""GEMM shape classes through the project's dispatch, against cuBLAS: what a model calling `tilegen.load(...)`
+"""GEMM shape classes through a project's dispatch, against cuBLAS: what a model calling `tilegen.load(...)`
 gets, class by class, and the geometric mean the tuned-by-default targets are stated in.
 
-    python3 benchmarks/gemm_classes.py [--project .] [--out reports/h200/gemm_classes]   # on a GPU machine
-    python3 benchmarks/gemm_classes.py --list                                            # anywhere: the routes
+    python3 benchmarks/gemm_classes.py [--project DIR] [--out reports/h200/gemm_classes]   # on a GPU machine
+    python3 benchmarks/gemm_classes.py --list                                              # anywhere: the routes
+
+The project is examples/gemm_classes (one spec per class group and (dtype, layout), its own lockfile) unless
+--project names another.
 
 For every (dtype, layout) of fp16 / bf16 x NT / NN and every class of CLASSES (square, the MLP projections of
 Llama-3-8B at 4096 tokens, decode M in {1, 16, 64, 128}, narrow N, deep K), the call `ops.gemm` would make is
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PROJECT = ROOT / "examples" / "gemm_classes"
 if str(ROOT) not in sys.path:  # a checkout where tilegen is not installed
     sys.path.insert(0, str(ROOT))
 
@@ -171,7 +175,8 @@ def markdown(doc: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--project", type=Path, default=ROOT, help="the project whose dispatch serves the calls")
+    ap.add_argument("--project", type=Path, default=PROJECT,
+                    help="the project whose dispatch serves the calls (default: examples/gemm_classes)")
     ap.add_argument("--out", type=Path, help="write gemm_classes.json and .md here")
     ap.add_argument("--list", action="store_true", help="only the routes (no GPU: as dispatch on an H200 sees them)")
     args = ap.parse_args(argv)

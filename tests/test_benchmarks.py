@@ -147,20 +147,22 @@ def test_attention_fa3_run_names_sm90_seeds_of_the_same_shapes():
 
 
 def test_gemm_classes_are_each_served_by_a_kernel_of_the_project():
-    """benchmarks/gemm_classes.py routes every class of every (dtype, layout) through the project's dispatch as an
-    H200 sees it: none falls back to torch, and a class whose spec is gone would."""
+    """benchmarks/gemm_classes.py routes every class of every (dtype, layout) through examples/gemm_classes's
+    dispatch as an H200 sees it: none falls back to torch, and a class whose spec is gone would."""
     import tilegen
     from codegen.core.hardware import Target
 
     bench = _load("gemm_classes")
-    ops = tilegen.load(BENCHMARKS.parent, backend=bench.RoutesOnly(), target=Target.SM_90, device_name="NVIDIA H200")
+    ops = tilegen.load(bench.PROJECT, backend=bench.RoutesOnly(), target=Target.SM_90, device_name="NVIDIA H200")
     calls, rendered = bench.routes(ops, "meta")
     assert len(calls) == len(bench.CLASSES) * len(bench.COMBOS)
     assert [c for c in calls if c.route == "fallback"] == []
     assert {(c.kernel, c.run_shape) for c in calls} == set(rendered)
-    elsewhere = tilegen.load(BENCHMARKS.parent, backend=bench.RoutesOnly(), target=Target.SM_90,
+    elsewhere = tilegen.load(bench.PROJECT, backend=bench.RoutesOnly(), target=Target.SM_90,
                              device_name="NVIDIA H100")  # no lockfile of its own: hand configurations only
     assert all(c.route != "tuned" for c in bench.routes(elsewhere, "meta")[0])
+    seeds = tilegen.load(bench.ROOT, backend=bench.RoutesOnly(), target=Target.SM_90, device_name="NVIDIA H200")
+    assert any(c.route == "fallback" for c in bench.routes(seeds, "meta")[0])  # the seeds do not serve every class
 
 
 def test_gemm_classes_summary_meets_the_targets_only_with_every_class_served_and_fast():
