@@ -297,3 +297,25 @@ def test_flop_and_byte_formulas():
     assert ROPE.bytes(full, (4096, 32, 8)) == 4096 * 40 * 128 * (2 + 2) + 4096 * 2 * 64 * 4
     assert ROPE.bytes(part, (4096, 32, 32)) == 4096 * 64 * 128 * (2 + 2) + 4096 * 2 * 32 * 4
     assert family(full).numerics is ROPE
+
+
+# ---- search ------------------------------------------------------------------------------------------
+
+def test_threads_and_vector_are_rope_search_fields_and_illegal_points_are_counted_by_rule():
+    from codegen.core.hardware import Target
+    from codegen.tune.search import constrain, expand
+
+    text = BASE + "  search:\n    sm_90:\n      threads: [32, 64, 128]\n      vector: [4, 8]\n"
+    (ls,) = parse_specs(text, FILE)
+    part = constrain(ls, Target.SM_90, expand(ls.spec, Target.SM_90))
+    assert [p.values for p in part.points] == [
+        (("threads", t), ("vector", v)) for t in (32, 64, 128) for v in (4, 8)]
+    # tail none: 40 heads x 64 / vector rotation items a token; 128 threads do not divide the 320 of vector 8
+    assert part.rejected_by_rule == {"tail_policy": 1}
+    assert not any("_t128_v8_" in p.uri for p in part.points if p.uri)
+    assert len({p.uri for p in part.points if p.uri}) == 5
+
+
+def test_a_rope_search_of_a_tunable_rope_does_not_have_is_refused_where_it_is():
+    (line,) = errors(BASE + "  search:\n    sm_90:\n      unroll: [1, 2]\n")
+    assert re.fullmatch(r"specs/x\.yaml:\d+:\d+: search\.sm_90\.unroll: unknown key.*\[unknown_key\]", line), line

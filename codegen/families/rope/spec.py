@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from codegen.core.hardware import Target
-from codegen.families.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy, int_choice
+from codegen.families.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy, int_choice, search_model
 
 
 class RopeShape(Model):
@@ -41,6 +41,14 @@ class RopeSpec(Model):
     allow_spills: StrictBool = False
     verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
+    search: dict[Target, RopeSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
+
+
+# what a rope spec's `search:` may list: the workgroup size and the elements one thread loads (the tail policy is
+# the spec's choice of kernel, as in the row families)
+ROPE_TUNABLES = ("threads", "vector")
+RopeSearch = search_model("RopeSearch", RopeSpec, ROPE_TUNABLES)
+RopeSpec.model_rebuild()
 
 
 # `tilegen init` writes this as specs/rope.yaml.
