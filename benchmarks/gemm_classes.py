@@ -11,9 +11,10 @@ For every (dtype, layout) of fp16 / bf16 x NT / NN and every class of CLASSES (s
 Llama-3-8B at 4096 tokens, decode M in {1, 16, 64, 128}, narrow N, deep K), the call `ops.gemm` would make is
 routed by the project's dispatch (codegen.ops.dispatch: a tuned entry, a spec's shape, a bucket, a dynamic-M
 kernel, else the torch fallback). The kernel it names is timed by `tilegen bench`'s method (codegen.run.bench:
-CUDA events, L2 flushed before every launch, medians) at the shape it runs at (a bucket: the padded M), beside
-torch at the call's shape in the same worker: eager (cuBLAS) and torch.compile. A class no kernel serves is a
-row of its own, `not served`, with dispatch's reason, and counts as a miss.
+CUDA events, L2 flushed before every launch, medians) at the shape it runs at (a bucket: the padded M; the kernel
+alone, not the op's copy of A into the padded buffer), beside torch at the call's shape in the same worker: eager
+(cuBLAS) and torch.compile. A class no kernel serves is a row of its own, `not served`, with dispatch's reason, and
+counts as a miss.
 
 The summary is per (dtype, layout) and over all rows: the geometric mean of the speed-up on cuBLAS over the
 served classes, the slowest class, and how many classes are not served. Each row names the target its kernel ran
