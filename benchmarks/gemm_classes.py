@@ -156,10 +156,11 @@ def markdown(doc: dict) -> str:
         gm = f"{s['geomean_vs_cublas']:.3f}x" if s["geomean_vs_cublas"] else "-"
         summary.append(f"| {s['group']} | {s['classes']} | {s['timed']} | {s['not_served']} | {gm} | "
                        f"{s['below_floor']} | {s['slowest']} | {'yes' if s['met'] else 'no'} |")
+    env = doc["environment"]
     return "\n".join([
-        f"# GEMM classes through dispatch on {doc['device']}",
+        f"# GEMM classes through dispatch on {env['device']}",
         "",
-        (f"`{doc['command']}` at {doc['commit']}, one run. Each class's call routed by the project's dispatch "
+        (f"`{env['command']}` at {env['git_commit']}, one run. Each class's call routed by the project's dispatch "
          "(tuned entry, spec shape, bucket, dynamic M, else not served); the kernel timed by tilegen bench's method "
          "(L2 flushed before every launch, medians) beside torch at the call's shape in the same worker (eager: "
          f"cuBLAS). Targets: geometric mean >= {TARGET_GEOMEAN}x cuBLAS, no class below {TARGET_FLOOR}x, every "
@@ -169,7 +170,7 @@ def markdown(doc: dict) -> str:
         "",
         *head,
         "",
-        f"torch {doc['torch']}.",
+        f"torch {env['torch']}.",
         "",
     ])
 
@@ -232,8 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cublas_ms": bench.baselines["eager"].median_ms, "vs_cublas": bench.speedup["eager"],
                     "vs_compile": bench.speedup.get("compile")}
             print(f"{c.dtype} {c.layout} {c.cls:13} {_x(c.shape):>18} {c.route:8} {row['vs_cublas']:.3f}x", flush=True)
-    doc = {"command": command_line(), "commit": git_commit(), "device": gpu.name, "torch": torch.__version__,
-           "environment": {"command": command_line(), "git_commit": git_commit(), "device": gpu.name,
+    doc = {"environment": {"command": command_line(), "git_commit": git_commit(), "device": gpu.name,
                            "torch": torch.__version__},
            "copy_gbps": copy_gbps, "targets": {"geomean_vs_cublas": TARGET_GEOMEAN, "floor_vs_cublas": TARGET_FLOOR},
            "summary": summarise(rows), "rows": rows}
