@@ -42,6 +42,11 @@ def gemm_kernel(inst, shape):
         else:
             _expect(inst.dynamic_m[0] <= m <= inst.dynamic_m[1] and (n, k) == tuple(shape[1:]), f"dynamic {m, n, k}")
         _expect(tuple(tuple(w.shape) for w in ws) == inst.workspace_shapes((m, n, k)), "gemm workspaces")
+        for w, zeroed in zip(ws, inst.workspace_zeroed(), strict=True):
+            if zeroed:  # split_k_sum fixup's counters: zero on entry; each split counts in, the last sets it back
+                _expect(bool((w == 0).all()), "gemm tile counters not zero on entry")
+                w += inst.split_k
+                w.zero_()
         _expect(tuple(C.shape) == (m, n), "gemm C")
         a = (A.t() if inst.trans_a else A).double()
         b = (B.t() if inst.trans_b else B).double()

@@ -141,6 +141,37 @@ def test_a_pair_outside_the_table_lowers(case):
     assert "__global__" in kernel.source
 
 
+# split_k_sum fixup changes how a split's partials are summed, not which traits a split combines with: every
+# supported pair with a split renders and lowers with the fixup too
+FIXUP_CASES = [(t, c) for t, c in SUPPORTED if "split_k" in c]
+
+
+def _render_fixup(target: Target, combo: frozenset[str]):
+    [spec] = yaml.safe_load(spec_text(combo, target))
+    [loaded] = parse_specs(yaml.safe_dump([spec | {"split_k_sum": "fixup"}], sort_keys=False), "specs/traits.yaml")
+    [inst] = build_instances([loaded])
+    assert inst.fixup, combo
+    return render(inst)
+
+
+@pytest.mark.parametrize("case", FIXUP_CASES, ids=_id)
+def test_a_split_pair_renders_with_the_fixup_sum(case):
+    f = _render_fixup(*case)
+    compile(f.text, str(f.path), "exec")
+    assert "TILE_ARRIVALS" in f.text and f.text.count("with T.Kernel(") == 1 + 2 * bool(f.instance.workspace)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", FIXUP_CASES, ids=_id)
+def test_a_split_pair_lowers_with_the_fixup_sum(case):
+    pytest.importorskip("tilelang")
+    from codegen.generate.lower import lower
+
+    f = _render_fixup(*case)
+    kernel = lower(f, f.instance.shapes[0], f.instance.target)
+    assert "AtomicAddRet" in kernel.source and kernel.source.count("__threadfence()") == 2
+
+
 def test_docs_list_the_table_as_the_code_has_it():
     from spectext import REPO_ROOT
 

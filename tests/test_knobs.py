@@ -75,7 +75,7 @@ def test_tunables_and_their_order():
     # the search block's order is every search point's order (lockfile entries list their values in it)
     assert gemm.GEMM_TUNABLES == (
         "tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy", "pipeline.stages",
-        "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k", "grid", "b_eviction",
+        "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k", "split_k_sum", "grid", "b_eviction",
         "epilogue", "staging")
     assert gemm.GemmSpec.TARGET_ONLY == (K_PACK, gemm.LDS_LAYOUT, gemm.B_EVICTION, gemm.EPILOGUE)
     assert [o.name for o in gemm.GemmSpec.TARGET_ONLY] == ["k_pack", "lds_layout", "b_eviction", "epilogue"]

@@ -69,6 +69,17 @@ SPECS = """\
   pipeline: {stages: 2}
   split_k: 2
   targets: [sm_90]
+- name: gemm_splitk_fixup
+  op: gemm
+  dtypes: {a: fp16, b: fp16, out: fp16, accumulate: fp32}
+  layout: nn
+  shapes:
+    - {m: 128, n: 64, k: 2048}
+  tiling: {block_m: 64, block_n: 64, block_k: 64, threads: 128}
+  pipeline: {stages: 2}
+  split_k: 4
+  split_k_sum: fixup
+  targets: [sm_90]
 - name: rms
   op: rmsnorm
   dtypes: {input: bf16, out: bf16, accumulate: fp32}
@@ -375,6 +386,31 @@ def test_every_family_runs_its_kernel_with_its_workspaces(ops):
     routes = {s.op: s.route for s in ops.stats()}
     assert routes == {"rmsnorm": "spec", "layernorm": "spec", "softmax": "spec", "gemm": "spec", "rope": "spec",
                       "attention": "spec", "attention_decode": "spec"}
+
+
+def test_a_fixup_kernels_tile_counters_are_one_zeroed_buffer_per_stream_reused_by_every_call(ops):
+    """split_k_sum fixup: the counters must be zero on entry and the kernel leaves them zero, so the ops zero one
+    buffer when the route is first run and pass it to every later call (the fake kernel checks zero on entry)."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(128, 2048, generator=g).half(), torch.randn(2048, 64, generator=g).half()
+    for _ in range(3):
+        torch.testing.assert_close(ops.gemm(a, b, layout="nn"), (a.double() @ b.double()).half())
+    [plan] = [p for p in ops._plans.values() if p.route.shape == (128, 64, 2048)]
+    assert "sk4fx" in plan.route.kernel and plan.calls == 3
+    [(key, counters)] = plan.prepared.kept.items()
+    assert key[0] == len(plan.prepared.workspaces) - 1 and counters.dtype == torch.int32
+    assert counters.shape == (2, 1) and not counters.any()
+
+
+def test_a_fixup_kernel_that_leaves_its_counters_set_is_caught_on_the_next_call(ops):
+    """Negative control of the one-buffer contract: a kernel leaving its counters non-zero fails the next call."""
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(128, 2048, generator=g).half(), torch.randn(2048, 64, generator=g).half()
+    ops.gemm(a, b, layout="nn")
+    [plan] = [p for p in ops._plans.values() if p.route.shape == (128, 64, 2048)]
+    next(iter(plan.prepared.kept.values())).fill_(1)  # what a kernel that never resets would leave
+    with pytest.raises(KernelCallError, match="tile counters not zero on entry"):
+        ops.gemm(a, b, layout="nn")
 
 
 def _row(x, w, b, eps):

@@ -294,3 +294,60 @@ def test_split_k_composes_with_dynamic_m_and_transposed_b():
                                         FILE))
     assert "def make_dynamic_kernel(M: str, N: int, K: int):" in render(dyn).text and dyn.launch_grids((300, 256, 8192)) == (
         (2, 3, 4), (2, -(-300 // dyn.reduce_block_m), 1))
+
+
+# ---- split_k_sum fixup: the last split of each tile sums the partials (no second kernel) -----------------------
+
+FIXUP = edit(BASE, "  split_k: 4\n", "  split_k: 4\n  split_k_sum: fixup\n")
+
+
+def test_fixup_is_its_own_kernel_and_the_sum_kernel_keeps_its_name():
+    kernel, fixup = files(), files(FIXUP)
+    explicit = files(edit(BASE, "  split_k: 4\n", "  split_k: 4\n  split_k_sum: kernel\n"))
+    assert [f.uri for f in explicit] == [f.uri for f in kernel]  # the default: the names the lockfiles hold
+    assert all("split_k_sum" not in f.instance.canonical() for f in kernel)
+    assert all("_s2_sk4fx_" in f.uri and '"split_k_sum":"fixup"' in f.instance.canonical() for f in fixup)
+    # without a split there is nothing to sum: the plain kernel, whatever split_k_sum says
+    one = files(edit(FIXUP, "split_k: 4", "split_k: 1"))
+    assert [f.uri for f in one] == [f.uri for f in files(edit(BASE, "  split_k: 4\n", ""))]
+
+
+def test_fixup_renders_one_kernel_with_tile_counters_and_the_same_fixed_order_sum():
+    for f in files(FIXUP):
+        text, inst = f.text, f.instance
+        assert text.count("with T.Kernel(") == 1
+        assert 'TILE_ARRIVALS: T.Tensor((T.ceildiv(M, BLOCK_M), T.ceildiv(N, BLOCK_N)), "int32"),' in text
+        assert text.index("C_PART: T.Tensor") < text.index("TILE_ARRIVALS: T.Tensor") < text.index("C: T.Tensor")
+        assert 'T.atomic_add(TILE_ARRIVALS[by, bx], 1, memory_order="acq_rel", return_prev=True)' in text
+        assert "if arrived[0] == SPLIT_K - 1:" in text and "for s in T.serial(SPLIT_K):" in text
+        assert "TILE_ARRIVALS[by, bx] = 0" in text and "REDUCE_M" not in text
+        assert inst.launch_grids((256, 256, 8192)) == ((2, 2, 4),)
+        assert inst.workspace_shapes((256, 256, 8192)) == ((4, 256, 256), (2, 2))
+        assert inst.workspace_dtypes() == ("fp32", "int32") and inst.workspace_zeroed() == (False, True)
+        assert inst.metadata(f.uri)["split_k_sum"] == "fixup" and "reduce_block" not in inst.metadata(f.uri)
+
+
+@pytest.mark.parametrize("target", [Target.SM_90, Target.GFX942])
+def test_lowered_fixup_counts_with_an_ordered_atomic_between_device_fences(target):
+    text = edit(FIXUP, "tail: none", "tail: predicated")
+    f = next(f for f in files(text) if f.instance.target == target)
+    src = lower(f, (200, 250, 1100), target).source
+    assert src.count("__global__ void") <= 2 and f"{f.uri}_kernel_1" not in src  # one kernel (its declaration)
+    assert MATRIX_CORES.search(src) and "AtomicAddRet" in src
+    # every thread fences its partial device-wide before the count, and the last split again before reading
+    assert src.count("__threadfence()") == 2
+    assert re.search(r"for \(int s = 0; s < 4; \+\+s\)", src) or target == Target.GFX942  # gfx942 may unroll it
+
+
+def test_fixup_counters_start_at_zero_and_a_launch_that_leaves_them_set_fails():
+    inst = next(f.instance for f in files(FIXUP) if f.instance.target == Target.SM_90)
+    fam = family(inst).numerics
+    case = fam.make_inputs(inst, (256, 256, 8192), seed=0, kind="normal", device="cpu", run_target=Target.SM_90)
+    part, counters = case.workspace
+    assert part.isnan().all() and counters.dtype == torch.int32 and not counters.any()
+    assert fam.after_launch(inst, case) == ""
+    counters[1, 0] = 4  # a last split that never set its tile's counter back
+    assert "1 of 4 tile arrival counters left non-zero" in fam.after_launch(inst, case)
+    plain = next(f.instance for f in files() if f.instance.target == Target.SM_90)
+    assert fam.after_launch(plain, fam.make_inputs(plain, (256, 256, 8192), seed=0, kind="normal", device="cpu",
+                                                   run_target=Target.SM_90)) == ""

@@ -207,6 +207,9 @@ class Numerics:
     # (inst, shape) -> {baseline: compulsory DRAM bytes of what it runs} where it moves more than the kernel (the
     # unfused torch sequence of a fused kernel: each op reads and writes its tensors); {}: as `bytes`, or unknown
     baseline_bytes: Callable[..., dict] = field(default=lambda inst, shape: {})
+    # (inst, case) -> '' or what a launch left wrong outside its outputs (a workspace that must be left as found:
+    # split_k_sum fixup's counters); verify fails the case with it
+    after_launch: Callable[..., str] = field(default=lambda inst, case: "")
 
     def output_list(self, inst, shape) -> tuple[Output, ...]:
         """The kernel's outputs at `shape`, in launch order."""

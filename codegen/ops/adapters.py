@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import ClassVar, NamedTuple
 
@@ -126,21 +126,36 @@ def call_key(args: tuple) -> tuple:
 @dataclass(frozen=True, kw_only=True)
 class Prepared:
     """What launching one kernel at one shape needs, worked out once (the first call of a route): the family's
-    launch (its numerics', as verify and bench launch), the output's shape and the workspaces' (shape, dtype)."""
+    launch (its numerics', as verify and bench launch), the output's shape and the workspaces' (shape, dtype,
+    zeroed)."""
 
     inst: object
     launch: object  # (kernel, case, *outs) -> None
     out_shape: tuple
-    workspaces: tuple = ()
+    workspaces: tuple = ()  # (shape, torch dtype, zeroed) of each: zeroed -- zero on entry, left zero by the kernel
     case: object = None  # the family's case record (GemmCase, NormCase, ...), which the launch reads
     outputs: tuple = ()  # kernels of several outputs: (shape, torch dtype) of each, in launch order
+    # the zeroed workspaces, made once per (workspace, device, stream): (index, device, stream) -> tensor
+    kept: dict = field(default_factory=dict, compare=False)
 
     def alloc_workspaces(self, device) -> tuple:
         """Fresh workspaces from torch's allocator (each kernel writes every element it reads: verify's NaN-filled
-        workspaces prove it)."""
+        workspaces prove it) -- but those that must be zero on entry (split_k_sum fixup's tile counters): the
+        kernel leaves them zero, so one buffer, zeroed when first made, serves every call on one stream in turn
+        (calls on two streams at once each have their own)."""
         if not self.workspaces:
             return ()
-        return tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.workspaces)
+        return tuple(self._kept(i, shape, dtype, device) if zeroed else torch.empty(shape, dtype=dtype, device=device)
+                     for i, (shape, dtype, zeroed) in enumerate(self.workspaces))
+
+    def _kept(self, i: int, shape, dtype, device):
+        device = torch.device(device)
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        key = (i, device, stream)
+        buf = self.kept.get(key)
+        if buf is None:
+            buf = self.kept[key] = torch.zeros(shape, dtype=dtype, device=device)
+        return buf
 
     def alloc_outputs(self, device) -> tuple:
         return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
@@ -243,8 +258,9 @@ class GemmAdapter(Adapter):
         return self._want(args.layout, a_name, a_name, out_name, args.precision if fp32 else ""), (m, n, ka)
 
     def workspaces(self, inst, run_shape: tuple) -> tuple:
-        return tuple((tuple(s), torch_dtype(d, inst.target))
-                     for s, d in zip(inst.workspace_shapes(run_shape), inst.workspace_dtypes(), strict=True))
+        return tuple((tuple(s), torch_dtype(d, inst.target), zeroed)
+                     for s, d, zeroed in zip(inst.workspace_shapes(run_shape), inst.workspace_dtypes(),
+                                             inst.workspace_zeroed(), strict=True))
 
     def case_type(self):
         from codegen.families.gemm.numerics import GemmCase
@@ -516,7 +532,7 @@ class SoftmaxArgs(NamedTuple):
 def _row_workspaces(inst, shape: tuple) -> tuple:
     """A split row kernel's fp32 partials (codegen.families.rows.RowInstance.workspace_shape), or none."""
     ws = inst.workspace_shape(tuple(shape))
-    return () if ws is None else ((tuple(ws), torch.float32),)
+    return () if ws is None else ((tuple(ws), torch.float32, False),)
 
 
 def _as_rows(x, shape):
@@ -830,7 +846,7 @@ class AttentionAdapter(Adapter):
         return self._want(f"{dt}/{dt}", d, args.mask, scale), (b, h, kvh, sq, skv)
 
     def workspaces(self, inst, run_shape: tuple) -> tuple:
-        return tuple((tuple(s), torch.float32) for s in inst.workspace_shapes(run_shape))
+        return tuple((tuple(s), torch.float32, False) for s in inst.workspace_shapes(run_shape))
 
     def case_type(self):
         from codegen.families.attention.numerics import AttentionCase

@@ -39,9 +39,14 @@ def find_toolchain(target: Target, root: Path, *, gfx942_env: Path | None = None
 
 
 def torch_dtype(dtype, target: Target):
-    """The torch dtype of a spec dtype on `target`'s devices (fp8 e4m3 is fnuz on gfx942)."""
+    """The torch dtype of a spec dtype on `target`'s devices (fp8 e4m3 is fnuz on gfx942), or of "int32" (a
+    workspace's counters: codegen.families.gemm.instance.COUNTER_DTYPE)."""
     from codegen.core.hardware import DType
 
+    if dtype == "int32":
+        import torch
+
+        return torch.int32
     return TARGETS[target].torch_dtype(DType(dtype))
 
 

@@ -17,6 +17,7 @@ from codegen.families.gemm.spec import (
     GridPolicy,
     LdsLayout,
     Precision,
+    SplitKSum,
     Staging,
     Structure,
     WarpPolicy,
@@ -177,7 +178,15 @@ class GemmInstance(InstanceBase):
     # the fused epilogue ops and the gate (FusedOps); None: C is the product, rounded. An optional part of the
     # identity (InstanceBase.OPTIONAL_IDENTITY): written to the canonical form only where set
     fused: FusedOps | None = None
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("fused",)
+    # SplitKSum: None -- the partials summed by a second kernel (or no K split); "fixup" -- by the last split of
+    # each tile to finish (TILE_ARRIVALS: int32 counters, zero on entry and left zero). Optional identity too
+    split_k_sum: str | None = None
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("fused", "split_k_sum")
+
+    @property
+    def fixup(self) -> bool:
+        """A K split whose partials the last split of each tile sums (split_k_sum fixup): no second kernel."""
+        return self.split_k_sum == SplitKSum.FIXUP.value
 
     @property
     def gated(self) -> bool:
@@ -232,7 +241,7 @@ class GemmInstance(InstanceBase):
                      f"t{self.threads}"] + [f"u{self.unroll}"] * (self.unroll > 1)
             return "_".join(parts) + tail_tag(self.tail)
         parts = [f"gemm_{dtype_tag(a, out)}_{self.layout}", f"{self.block_m}x{self.block_n}x{self.block_k}",
-                 f"t{self.threads}", f"s{self.stages}"] + [f"sk{self.split_k}"] * (self.split_k > 1)
+                 f"t{self.threads}", f"s{self.stages}"] + [f"sk{self.split_k}{'fx' * self.fixup}"] * (self.split_k > 1)
         parts += [f"u{self.unroll}"] * (self.unroll > 1) + [f"sw{self.swizzle_panel}"] * (self.swizzle_panel > 0)
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
         parts += ["ldsbt"] * self.transposed_b + ["pad"] * self.padded
@@ -300,17 +309,20 @@ class GemmInstance(InstanceBase):
             "structure_partial": TILED_PARTIAL,
             "title_note": "".join(note for note, on in (
                 (", operands staged padded", self.padded), (", persistent grid", self.persistent),
-                (f", K split over {self.split_k} workgroups", self.split), (", TMA copy options", self.tma_options))
+                (f", K split over {self.split_k} workgroups" + (", the last one summing" if self.fixup else ""),
+                 self.split), (", TMA copy options", self.tma_options))
                 if on),
             "kernel_doc": ("The prim_func for one problem size (every tail policy: the padded staging makes every "
                            "block whole)." if self.workspace == "tf32" else
                            f"The prim_func for one problem size (tail policy {tail}: only the store of C is "
                            "bounds-checked)." if self.padded else f"The prim_func for one problem size (tail policy: {tail})."),
             "kernel_args": (self._input_args() + self._workspace_args()
-                            + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split),
+                            + ["C_PART: T.Tensor((SPLIT_K, M, N), ACCUM_DTYPE)"] * self.split
+                            + ["TILE_ARRIVALS: T.Tensor((T.ceildiv(M, BLOCK_M), T.ceildiv(N, BLOCK_N)), \"int32\")"]
+                            * self.fixup),
             "shared_epilogue": self.shared_epilogue, "tma_options": self.tma_options,
             # the module's kernels as its docstring counts them: staging padded's two, the main one, split-K's sum
-            "kernel_count": "four" if self.split else "three",
+            "kernel_count": "four" if self.split and not self.fixup else "three",
             "split_kernels": (1 + 2 * bool(self.workspace), 2 + 2 * bool(self.workspace)),
         }
 
@@ -491,6 +503,7 @@ class GemmInstance(InstanceBase):
             "tile_ids": "(bx, by, bz)" if self.split else "(bx, by)",
             "swizzle_note": "  # remaps (bx, by); bz is kept" if self.split else "",
             "tile_origin": ["row0 = by * BLOCK_M", "col0 = bx * BLOCK_N"] if named else [],
+            "row0": row0, "col0": col0, "fixup": self.fixup,
             "c_dst": f"C_PART[bz, {row0}, {col0}]" if self.split else f"C[{row0}, {col0}]",
         }
 
@@ -504,7 +517,8 @@ class GemmInstance(InstanceBase):
         """The workspaces the kernel takes between B and C, at one problem size, in the order of its arguments:
         the staging's -- staging padded's A_PAD and B_PAD in the operands' storage layouts, M or N and K padded to
         whole blocks; tf32 / 3xtf32's TF32 operands (rows, K) -- then split-K's fp32 partials C_PART
-        [split_k, M, N]. Their dtypes: workspace_dtypes."""
+        [split_k, M, N], and with split_k_sum fixup its tiles' arrival counters [ceil(M / block_m), ceil(N /
+        block_n)]. Their dtypes: workspace_dtypes; which must be zero on entry: workspace_zeroed."""
         m, n, k = shape
         rows = {"A": -(-m // self.block_m) * self.block_m, "B": -(-n // self.block_n) * self.block_n}
         k_pad = -(-k // self.block_k) * self.block_k
@@ -512,13 +526,19 @@ class GemmInstance(InstanceBase):
         if self.padded:
             staged = ((k_pad, rows["A"]) if self.trans_a else (rows["A"], k_pad),
                       (rows["B"], k_pad) if self.trans_b else (k_pad, rows["B"]))
-        return staged + ((self.split_k, m, n),) * self.split
+        return staged + ((self.split_k, m, n),) * self.split + ((-(-m // self.block_m), -(-n // self.block_n)),) * self.fixup
 
     def workspace_dtypes(self) -> tuple[str, ...]:
         """The spec dtype of each workspace (workspace_shapes): the inputs' own for staging padded (copies of A and
         B), fp32 for tf32 / 3xtf32's TF32 operands (fp32 storage) and for split-K's partials."""
         staged = (self.spec_dtypes[0],) * 2 if self.padded else (DType.FP32.value,) * len(self.xf32_workspaces())
-        return staged + (DType.FP32.value,) * self.split
+        return staged + (DType.FP32.value,) * self.split + (COUNTER_DTYPE,) * self.fixup
+
+    def workspace_zeroed(self) -> tuple[bool, ...]:
+        """Per workspace (workspace_shapes): whether it must hold zeros on entry -- split_k_sum fixup's arrival
+        counters, which the kernel leaves zero again (so one zeroed buffer serves every call in turn). The others
+        are written before they are read: any contents."""
+        return (False,) * (len(self.workspace_dtypes()) - self.fixup) + (True,) * self.fixup
 
     def launch_grids(self, shape: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
         """The template's `T.Kernel(...)` grids in launch order (T.use_swizzle only remaps block indices inside
@@ -543,7 +563,7 @@ class GemmInstance(InstanceBase):
             grids += [(full_m, 1, 1)] * bool(n % bn and full_m > 0)
         else:
             grids.append((-(-n // bn), -(-m // bm), self.split_k))
-        if self.split:  # the sum of the partials
+        if self.split and not self.fixup:  # the sum of the partials
             grids.append((-(-n // self.reduce_block_n), -(-m // self.reduce_block_m), 1))
         return tuple(grids)
 
@@ -556,7 +576,8 @@ class GemmInstance(InstanceBase):
             **({"lds_layout": self.lds_layout} if self.transposed_b else {}),
             **({"staging": self.staging} if self.padded else {}),
             **({"split_k": self.split_k, "reduce_block": [self.reduce_block_m, self.reduce_block_n]}
-               if self.split_k > 1 else {}),
+               if self.split_k > 1 and not self.fixup else {}),
+            **({"split_k": self.split_k, "split_k_sum": self.split_k_sum} if self.fixup else {}),
             "shapes": [list(s) for s in self.shapes],
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                        "threads": self.threads, "policy": self.policy},
@@ -582,7 +603,7 @@ class GemmInstance(InstanceBase):
         return {"dtypes": "/".join(self.spec_dtypes[:3]),
                 "layout": self.layout + (f" ({self.lds_layout})" if self.transposed_b else ""),
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
-                "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" if self.split_k > 1 else "")
+                "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" + " fixup" * self.fixup if self.split_k > 1 else "")
                             + (f", {self.precision}" if self.precision else "")
                             + (f", staging {self.staging}" if self.padded else "")
                             + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else "")
@@ -633,6 +654,7 @@ class PersistentSchedule:
         return offset % rows + panel * self.panel, self.tiles_n - 1 - col if panel % 2 else col
 
 
+COUNTER_DTYPE = "int32"  # split_k_sum fixup's tile arrival counters (a workspace dtype beside the spec's dtypes)
 REDUCE_VECTOR = 4  # fp32 partials per thread and split in the sum kernel: one 16-byte load each
 
 
@@ -674,7 +696,9 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
     resident = (hw.compute_units * target.resident_workgroups(t.threads, lds_bytes(spec, tuning, target))
                 if persistent else 0)
     padded = tuning.staging == Staging.PADDED and not gemv
-    reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 else (0, 0)
+    # fixup: the last split sums the partials (no sum kernel, no reduce block); normalised away without a split
+    fixup = split > 1 and tuning.split_k_sum == SplitKSum.FIXUP
+    reduce_m, reduce_n = reduce_block(t.block_m, t.block_n, t.threads) if split > 1 and not fixup else (0, 0)
     # the TMA copy options on a target that has them (rules b_eviction_*, epilogue_*)
     eviction = b_eviction(spec, tuning, target)
     epilogue = Epilogue.SHARED if shared_epilogue(spec, tuning, target) else Epilogue.DIRECT
@@ -700,5 +724,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         grid=GridPolicy.PERSISTENT.value if persistent else GridPolicy.TILES.value, resident_workgroups=resident,
         b_eviction=eviction.value, epilogue=epilogue.value,
         staging=(Staging.PADDED if padded else Staging.NONE).value,
-        fused=fused_ops(spec, hw),
+        fused=fused_ops(spec, hw), split_k_sum=SplitKSum.FIXUP.value if fixup else None,
     )

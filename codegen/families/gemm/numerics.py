@@ -239,7 +239,8 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     'wide': the same times per-row scales of A and per-column scales of B spread over e^[-3, 3]
     (a dynamic range of about 400x each way), clipped to what the dtype holds.
     Split-K, xf32 and staging padded also get their workspaces, NaN-filled: the kernel must write every element
-    it reads (staging padded: the padding's zeros too -- a NaN left there poisons every product it meets)."""
+    it reads (staging padded: the padding's zeros too -- a NaN left there poisons every product it meets); split_k_sum
+    fixup's tile counters start at zero (GemmInstance.workspace_zeroed)."""
     import torch
 
     m, n, k = shape
@@ -257,9 +258,12 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     a_q, b_q = a.to(a_dt), b.to(b_dt)  # rounded inputs: the reference sees exactly what the kernel sees
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
-    # NaN-filled: the kernel must write every element of its workspaces that it reads
-    workspace = tuple(torch.full(s, float("nan"), dtype=torch_dtype(d, run_target), device=device)
-                      for s, d in zip(inst.workspace_shapes(shape), inst.workspace_dtypes(), strict=True))
+    # NaN-filled: the kernel must write every element of its workspaces that it reads -- but the counters that
+    # must be zero on entry (split_k_sum fixup's), which the kernel must leave zero (after_launch checks it)
+    workspace = tuple(torch.zeros(s, dtype=torch_dtype(d, run_target), device=device) if zeroed else
+                      torch.full(s, float("nan"), dtype=torch_dtype(d, run_target), device=device)
+                      for s, d, zeroed in zip(inst.workspace_shapes(shape), inst.workspace_dtypes(),
+                                              inst.workspace_zeroed(), strict=True))
     extra = {}
     f = inst.fused
     if f is not None:  # drawn after A and B, so a plain GEMM's inputs are the same draws
@@ -721,6 +725,18 @@ def tolerance(inst, shape, run_target: Target) -> Tolerance:
     return gemm_tolerance(inst, run_target, shape[2], inst.verify_tolerance_scale)
 
 
+def after_launch(inst, case: GemmCase) -> str:
+    """'' or what a launch left wrong beyond C: split_k_sum fixup's tile counters must be zero again (a counter
+    left at split_k would make the next call's last split miss its turn, and C be left unwritten)."""
+    for w, zeroed in zip(case.workspace, inst.workspace_zeroed(), strict=True):
+        if zeroed:
+            left = int((w != 0).sum().item())
+            if left:
+                return (f"{left} of {w.numel()} tile arrival counters left non-zero after the launch (max "
+                        f"{int(w.max().item())}): the next call would count from there")
+    return ""
+
+
 NUMERICS = Numerics(
     flops=lambda inst, s: gemm_flops(*s, products=2 if getattr(inst, "gated", False) else 1),
     bytes=lambda inst, s: gemm_bytes(inst, *s),
@@ -736,4 +752,5 @@ NUMERICS = Numerics(
                                              else gemm_baseline_fns(inst, case.A, case.B, out_dtype)),
     baseline_precision=gemm_baseline_precision,
     baseline_bytes=fused_baseline_bytes,
+    after_launch=after_launch,
 )

@@ -91,6 +91,17 @@ class GridPolicy(StrEnum):
     PERSISTENT = "persistent"
 
 
+class SplitKSum(StrEnum):
+    """How a K split's fp32 partials are summed (`split_k_sum`, split_k > 1). kernel: a second kernel sums each
+    element's split_k partials in the order s = 0, 1, ..., split_k - 1 and rounds once. fixup: no second kernel --
+    each split, its partial stored, counts itself in on its tile's arrival counter (a workspace of int32, zero on
+    entry and left zero), and the split that arrives last sums the tile's partials in the same order (the same
+    bits as kernel) and stores C. Fewer launches and no second pass over C; the counters are its cost."""
+
+    KERNEL = "kernel"
+    FIXUP = "fixup"
+
+
 class Eviction(StrEnum):
     """The L2 eviction priority of a tiled GEMM's B tile loads on sm_90 (`b_eviction`): TileLang's
     `T.copy(..., eviction_policy="evict_<value>")`, a cache hint on the TMA load (cp.async.bulk.tensor with
@@ -242,6 +253,9 @@ GEMM_KNOBS: tuple[Knob, ...] = (
     Knob(name="split_k", type=PositiveInt, default=1,
          doc="tiled: workgroups the K range of each output tile is split over (1 = off): fp32 partials in a "
              "workspace [split_k, M, N], summed in a fixed order by a second kernel (rules split_k_*)"),
+    Knob(name="split_k_sum", type=SplitKSum, default=SplitKSum.KERNEL,
+         doc="tiled, split_k > 1: kernel (a second kernel sums the partials) | fixup (the last split of each tile "
+             "to finish sums them, in the same fixed order; int32 arrival counters)"),
     Knob(name="grid", type=GridPolicy, default=GridPolicy.TILES,
          doc="tiled: one workgroup per output tile, or a persistent grid of min(tiles, CUs/SMs x resident) "
              "workgroups looping over the tiles in swizzle_panel order (rules persistent_*)"),
@@ -334,6 +348,7 @@ STARTER = """\
   # b_eviction: normal      # sm_90: normal | first | last -- L2 priority of B's TMA loads (first: a weight read <= 2x)
   # epilogue: direct        # sm_90: direct | shared -- C through a shared-memory tile and TMA stores
   split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
+  # split_k_sum: kernel      # split_k > 1: kernel (a second kernel sums the partials) | fixup (the tile's last split does)
   # staging: none           # tiled: none | padded (odd leading dimensions: A, B copied into zero-padded workspaces)
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
   # epilogue_ops:           # on the fp32 accumulator, in this order: act(scale * (A @ B) + bias) + beta * residual
