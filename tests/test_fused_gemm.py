@@ -269,3 +269,70 @@ def test_the_unfused_eager_sequence_is_what_the_reference_composes():
         ref, _ = num.reference(inst, case)
         got = eager(case, ref)
         assert got.shape == ref.shape and torch.allclose(got, ref, rtol=0.05, atol=0.05)
+
+
+# ---- the ops with a K split: split_k_sum fixup, the tile's last split applies them to the sum -------------------
+
+SPLIT_OPS = edit(OPS, "  tail: predicated", "  tail: predicated\n  split_k: 4\n  split_k_sum: fixup")
+
+
+def _split_emulated(inst, case, *, ops_on_partials=False):
+    """The fixup's arithmetic: each split's fp32 partial over its run of K, summed in order, then the ops once;
+    ops_on_partials: the bug of applying them to every partial before the sum."""
+    from codegen.families.gemm.rules import split_tiles
+
+    f, a, b = inst.fused, case.A32, case.B32
+    run = split_tiles(a.shape[1], inst.block_k, inst.split_k) * inst.block_k
+
+    def ops(y):
+        y = y * f.scale + case.bias.float()
+        return y / (1.0 + torch.exp(-y)) + f.beta * case.residual.float()
+
+    parts = [a[:, s * run:(s + 1) * run] @ b[s * run:(s + 1) * run] for s in range(inst.split_k)]
+    if ops_on_partials:
+        return sum(ops(p) for p in parts).to(torch.bfloat16)
+    acc = torch.zeros_like(parts[0])
+    for p in parts:
+        acc = acc + p
+    return ops(acc).to(torch.bfloat16)
+
+
+def test_the_ops_take_a_split_with_the_fixup_sum_only():
+    assert any("[unsupported_combination]" in e and "use split_k_sum fixup" in e
+               for e in errors(edit(SPLIT_OPS, "  split_k_sum: fixup\n", "")))
+    build_instances(parse_specs(SPLIT_OPS, FILE))  # valid on every target it names
+    assert any("[unsupported_combination]" in e for e in errors(edit(GATE, "  tail: predicated", "  tail: predicated\n"
+                                                                      "  split_k: 4\n  split_k_sum: fixup")))
+
+
+def test_the_fixup_applies_the_ops_once_to_the_sum_never_to_a_partial():
+    for target, f in _files(SPLIT_OPS).items():
+        if target == "gfx950":
+            continue
+        body = f.text.split("with T.Kernel(")[1]
+        partial, last = body.split("if arrived[0] == SPLIT_K - 1:")
+        assert "SCALE" not in partial and "Residual[" not in partial and "_silu(" not in partial
+        assert last.index("for s in T.serial(SPLIT_K):") < last.index("_silu(") < last.index("T.copy(C_local, C[")
+
+
+@pytest.mark.parametrize("kind", ["normal", "wide"])
+def test_a_split_fused_kernel_verifies_with_every_control_rejected_and_ops_on_partials_fail(kind):
+    inst = _files(SPLIT_OPS)["sm_90"].instance
+    for shape in [(200, 264, 256), (65, 63, 4096)]:
+        status, cmp, controls = check_output(inst, shape, lambda case, ref: _split_emulated(inst, case), kind=kind)
+        assert status == "verified", (shape, cmp, controls)
+        assert set(controls) == CONTROLS["ops"] | {"dropped_split"} and all(v == "rejected" for v in controls.values())
+        bad, _, _ = check_output(inst, shape, lambda case, ref: _split_emulated(inst, case, ops_on_partials=True),
+                                 kind=kind)
+        assert bad == "failed", shape
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942"])
+def test_a_split_fused_kernel_lowers_in_one_launch(target):
+    pytest.importorskip("tilelang")
+    from codegen.generate.lower import lower
+
+    f = _files(SPLIT_OPS)[target]
+    src = lower(f, (200, 264, 256), f.instance.target).source
+    assert "AtomicAddRet" in src and "exp" in src and "Residual" in src and "Bias" in src
+    assert f"{f.uri}_kernel_1" not in src

@@ -21,6 +21,7 @@ from codegen.families.gemm.spec import (
     Layout,
     LdsLayout,
     Precision,
+    SplitKSum,
     Staging,
     Structure,
 )
@@ -164,6 +165,10 @@ class Unsupported:
 
     traits: tuple[str, str]  # keys of TRAITS
     why: str
+    unless: Callable[[GemmContext], bool] | None = None  # the one setting under which the two do combine
+
+    def refuses(self, c: GemmContext) -> bool:
+        return all(TRAITS[t].on(c) for t in self.traits) and not (self.unless is not None and self.unless(c))
 
 
 # The GEMM combinations that are not supported, and why: every other combination of TRAITS renders and lowers
@@ -210,7 +215,9 @@ UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
                                                      "structure tiled"),
     Unsupported(traits=("gemv", "gate"), why="gemv streams one B: use structure tiled"),
     Unsupported(traits=("split_k", "epilogue_ops"), why="the ops must run once on the fixed-order sum of the "
-                                                        "partials, and the sum kernel applies none: use split_k 1"),
+                                                        "partials, and the sum kernel applies none: use split_k_sum "
+                                                        "fixup (the tile's last split applies them) or split_k 1",
+                unless=lambda c: c.tuning.split_k_sum == SplitKSum.FIXUP),
     Unsupported(traits=("split_k", "gate"), why="the gate multiplies two whole products, and a split holds a part of "
                                                 "each: use split_k 1"),
     Unsupported(traits=("epilogue_ops", "gate"), why="the gated product's epilogue is its gate (act(A.B) * (A.B_UP)); "
@@ -224,14 +231,14 @@ UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
 def blocked(c: GemmContext, trait: str) -> bool:
     """Whether `trait` is on in a combination UNSUPPORTED_COMBINATIONS refuses (its own rules then say nothing
     more: the refusal is the one message)."""
-    return any(trait in u.traits and all(TRAITS[t].on(c) for t in u.traits) for u in UNSUPPORTED_COMBINATIONS)
+    return any(trait in u.traits and u.refuses(c) for u in UNSUPPORTED_COMBINATIONS)
 
 
 def unsupported_combination(c: GemmContext) -> Iterator[Violation]:
     """Rule unsupported_combination: no two traits of one entry of UNSUPPORTED_COMBINATIONS at once."""
     for u in UNSUPPORTED_COMBINATIONS:
         first, second = (TRAITS[t] for t in u.traits)
-        if first.on(c) and second.on(c):
+        if u.refuses(c):
             yield Violation(rule="unsupported_combination", path=second.path(c), value=second.value(c),
                             message=f"not with {first.said_as(c)} (not supported): {u.why}")
 
