@@ -142,8 +142,10 @@ def test_a_pair_outside_the_table_lowers(case):
 
 
 # split_k_sum fixup changes how a split's partials are summed, not which traits a split combines with: every
-# supported pair with a split renders and lowers with the fixup too
-FIXUP_CASES = [(t, c) for t, c in SUPPORTED if "split_k" in c]
+# supported pair with a split renders and lowers with the fixup too -- and the epilogue ops, which a split takes
+# with the fixup only (the table's refusal has its `unless`)
+FIXUP_CASES = [(t, c) for t, c in SUPPORTED if "split_k" in c] + [
+    (t, frozenset({"split_k", "epilogue_ops"})) for t in TARGETS_UNDER_TEST]
 
 
 def _render_fixup(target: Target, combo: frozenset[str]):
@@ -184,12 +186,17 @@ def test_docs_list_the_table_as_the_code_has_it():
 
 def write_project(out: Path, target: Target) -> int:
     """A tilegen project at `out` holding one spec per supported case on `target` (each alone and each pair of its
-    traits), for `tilegen -C out gen` and `tilegen -C out verify --all` on a GPU of that target. Returns the count."""
+    traits) and, for each with a split, its split_k_sum fixup twin, for `tilegen -C out gen` and `tilegen -C out
+    verify --all` on a GPU of that target. Returns the count."""
     specs = []
     for t, combo in SUPPORTED:
         if t == target:
             [spec] = yaml.safe_load(spec_text(combo, t))
             specs.append(spec | {"name": "pair_" + "_".join(sorted(combo))})
+    for t, combo in FIXUP_CASES:
+        if t == target:
+            [spec] = yaml.safe_load(spec_text(combo, t))
+            specs.append(spec | {"name": "fixup_pair_" + "_".join(sorted(combo)), "split_k_sum": "fixup"})
     (out / "specs").mkdir(parents=True, exist_ok=True)
     (out / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
     (out / "specs" / "pairs.yaml").write_text(yaml.safe_dump(specs, sort_keys=False), encoding="utf-8")
