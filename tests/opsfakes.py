@@ -26,6 +26,16 @@ _ACT = {"relu": lambda x: x.clamp_min(0), "silu": lambda x: x / (1 + torch.exp(-
         "gelu_tanh": lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))}
 
 
+def _count_in(inst, ws, splits: int, what: str) -> None:
+    """A split fixup's counters (the workspaces that must be zero on entry): zero on entry; each split counts
+    itself in, the last sets the counter back."""
+    for w, zeroed in zip(ws, inst.workspace_zeroed(), strict=True):
+        if zeroed:
+            _expect(w.dtype == torch.int32 and bool((w == 0).all()), f"{what} counters not zero on entry")
+            w += splits
+            w.zero_()
+
+
 def gemm_kernel(inst, shape):
     """A, B, then the fused kernels' B_UP, Bias, Residual (inst.input_names), the workspaces, C."""
     f = inst.fused
@@ -42,11 +52,7 @@ def gemm_kernel(inst, shape):
         else:
             _expect(inst.dynamic_m[0] <= m <= inst.dynamic_m[1] and (n, k) == tuple(shape[1:]), f"dynamic {m, n, k}")
         _expect(tuple(tuple(w.shape) for w in ws) == inst.workspace_shapes((m, n, k)), "gemm workspaces")
-        for w, zeroed in zip(ws, inst.workspace_zeroed(), strict=True):
-            if zeroed:  # split_k_sum fixup's counters: zero on entry; each split counts in, the last sets it back
-                _expect(bool((w == 0).all()), "gemm tile counters not zero on entry")
-                w += inst.split_k
-                w.zero_()
+        _count_in(inst, ws, inst.split_k, "gemm tile")
         _expect(tuple(C.shape) == (m, n), "gemm C")
         a = (A.t() if inst.trans_a else A).double()
         b = (B.t() if inst.trans_b else B).double()
@@ -146,6 +152,7 @@ def attention_kernel(inst, compiled):
         _expect(tuple(Q.shape) == (b, sq, h, inst.head_dim) and tuple(K.shape) == (b, skv, kvh, inst.head_dim),
                 "attention Q, K")
         _expect(tuple(tuple(w.shape) for w in ws) == inst.workspace_shapes(shape), "attention workspaces")
+        _count_in(inst, ws, inst.split_for(shape), "attention split")
         q, k, v = (t.double().transpose(1, 2) for t in (Q, K, V))
         k, v = k.repeat_interleave(h // kvh, dim=1), v.repeat_interleave(h // kvh, dim=1)
         s = (q @ k.transpose(-1, -2)) * inst.softmax_scale

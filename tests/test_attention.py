@@ -331,6 +331,52 @@ def test_combine_vec_is_decodes_only():
          "combine: leave combine_vec at 1 [combine_vec_variant]")]
 
 
+# ---- split_kv_combine fixup: the last split of each block of rows merges the splits (no combine kernel) --------
+
+def _fixup_text(target: str, extra: str = "") -> str:
+    text = edit(edit(DECODE, "targets: [sm_90]", f"targets: [{target}]"), "block_n: 64", "block_n: 32")
+    return edit(text, "split_kv: 16", f"split_kv: 6\n  split_kv_combine: fixup{extra}")
+
+
+def test_the_decode_fixup_is_its_own_kernel_and_the_combine_kernel_keeps_its_name():
+    (kernel,) = build_instances(parse_specs(edit(DECODE, "split_kv: 16", "split_kv: 16\n  split_kv_combine: kernel"), FILE))
+    (default,) = build_instances(parse_specs(DECODE, FILE))
+    assert kernel.uri() == default.uri() and "combine" not in kernel.canonical().replace("combine_vec", "")
+    (fx,) = build_instances(parse_specs(_fixup_text("sm_90", "\n  combine_vec: 4"), FILE))
+    assert fx.fixup and fx.combine_vec is None and "_k6_fx_" in fx.uri()  # no combine kernel: no combine_vec
+    shape = (8, 32, 8, 4, 4096)
+    assert fx.launch_grids(shape) == ((6, 8, 8),)  # 4 heads x 4 positions: 16 packed rows, one block a K/V head
+    assert fx.workspace_shapes(shape) == ((8, 4, 32, 6, 128), (8, 4, 32, 6), (8, 8))
+    assert fx.workspace_dtypes() == ("fp32", "fp32", "int32") and fx.workspace_zeroed() == (False, False, True)
+    assert fx.metadata(fx.uri())["split_kv_combine"] == "fixup"
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_the_decode_fixup_lowers_to_one_kernel_that_counts_and_merges(target):
+    (f,) = render_all(build_instances(parse_specs(_fixup_text(target), FILE)))
+    assert f.text.count("with T.Kernel(") == 1 and 'SPLIT_ARRIVALS: T.Tensor((batch, kv_heads * row_blocks), "int32")' in f.text
+    src = lower(f, (2, 32, 8, 4, 1024), target).source
+    kernels = set(re.findall(r"__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(", src))
+    assert len(kernels) == 1, kernels
+    assert "AtomicAddRet" in src and src.count("__threadfence()") == 2 and "exp2f" in src
+
+
+def test_decode_fixup_counters_start_at_zero_and_a_launch_that_leaves_them_set_fails():
+    (inst,) = build_instances(parse_specs(_fixup_text("sm_90"), FILE))
+    case = ATTENTION.make_inputs(inst, (2, 32, 8, 4, 1024), seed=0, kind="normal", device="cpu", run_target=inst.target)
+    o_part, lse, counters = case.workspace
+    assert o_part.isnan().all() and lse.isnan().all() and counters.dtype == torch.int32 and not counters.any()
+    assert ATTENTION.after_launch(inst, case) == ""
+    counters[1, 3] = 6
+    assert "1 of 16 arrival counters left non-zero" in ATTENTION.after_launch(inst, case)
+
+
+def test_split_kv_combine_is_decodes_only():
+    assert errors(edit(BASE, "tail: none", "tail: none\n  split_kv_combine: fixup")) == [
+        ("specs/x.yaml:10:21: split_kv_combine=fixup: is who merges variant decode's KV splits; variant prefill has "
+         "no splits: leave split_kv_combine at kernel [split_kv_combine_variant]")]
+
+
 @pytest.mark.parametrize("target", ["gfx942", "sm_90"])
 def test_bottom_right_prefill_skips_by_the_shifted_diagonal(target):
     text = edit(edit(BASE, "tail: none", "tail: none\n  causal: bottom_right"), "targets: [sm_90]", f"targets: [{target}]")

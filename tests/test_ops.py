@@ -152,6 +152,18 @@ SPECS = """\
   split_kv: 2
   tail: predicated
   targets: [sm_90]
+- name: attn_decode_fixup
+  op: attention
+  variant: decode
+  dtypes: {input: bf16, out: bf16, accumulate: fp32}
+  shapes:
+    - {batch: 1, heads: 8, kv_heads: 2, seq_q: 1, seq_kv: 1024}
+  head_dim: 64
+  tiling: {block_m: 64, block_n: 64, threads: 128}
+  pipeline: {stages: 2}
+  split_kv: 4
+  split_kv_combine: fixup
+  targets: [sm_90]
 """
 TUNED_SHAPE = (16, 256, 128)
 WINNER = {"tiling.block_n": 64}
@@ -411,6 +423,17 @@ def test_a_fixup_kernel_that_leaves_its_counters_set_is_caught_on_the_next_call(
     next(iter(plan.prepared.kept.values())).fill_(1)  # what a kernel that never resets would leave
     with pytest.raises(KernelCallError, match="tile counters not zero on entry"):
         ops.gemm(a, b, layout="nn")
+
+
+def test_a_decode_fixup_kernels_split_counters_are_kept_zeroed_between_calls(ops):
+    """split_kv_combine fixup: the same one-buffer contract as the GEMM's (the fake kernel checks zero on entry)."""
+    qd, kd, vd = bf16(1, 1, 8, 64), bf16(1, 1024, 2, 64), bf16(1, 1024, 2, 64)
+    for _ in range(2):
+        torch.testing.assert_close(ops.attention_decode(qd, kd, vd), _sdpa(qd, kd, vd, False), atol=2e-2, rtol=2e-2)
+    [plan] = [p for p in ops._plans.values() if p.route.shape == (1, 8, 2, 1, 1024)]
+    assert "_k4_fx" in plan.route.kernel and plan.calls == 2
+    [counters] = plan.prepared.kept.values()
+    assert counters.dtype == torch.int32 and counters.shape == (1, 2) and not counters.any()
 
 
 def _row(x, w, b, eps):

@@ -19,6 +19,34 @@ TINY = 1e-30
 INPUT_KINDS = ("normal", "wide")
 
 
+def verify_workspaces(inst, shape, device, run_target) -> tuple:
+    """The workspaces of a launch on `run_target` as verify makes them (an instance's workspace_shapes, _dtypes and
+    _zeroed; the dtypes as the device running it has them):
+    NaN-filled, so that a kernel reading an element it did not write fails -- but the counters that must be zero
+    on entry (the split fixups' arrival counters), zeros."""
+    import torch
+
+    from codegen.targets import torch_dtype
+
+    return tuple(torch.zeros(s, dtype=torch_dtype(d, run_target), device=device) if zeroed else
+                 torch.full(s, float("nan"), dtype=torch_dtype(d, run_target), device=device)
+                 for s, d, zeroed in zip(inst.workspace_shapes(shape), inst.workspace_dtypes(),
+                                         inst.workspace_zeroed(), strict=True))
+
+
+def counters_left(inst, workspace) -> str:
+    """'' or what a launch left in the workspaces that must be zero on entry: the split fixups' arrival counters
+    must be zero again (a counter left set makes the next call's last split miss its turn, and the output be left
+    unwritten). Numerics.after_launch of the families that have them."""
+    for w, zeroed in zip(workspace, inst.workspace_zeroed(), strict=True):
+        if zeroed:
+            left = int((w != 0).sum().item())
+            if left:
+                return (f"{left} of {w.numel()} arrival counters left non-zero after the launch (max "
+                        f"{int(w.max().item())}): the next call would count from there")
+    return ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class CheckChunk:
     """One piece of a check: the output elements `out[index]` and, for them, the fp32 reference, the

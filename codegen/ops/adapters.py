@@ -846,7 +846,9 @@ class AttentionAdapter(Adapter):
         return self._want(f"{dt}/{dt}", d, args.mask, scale), (b, h, kvh, sq, skv)
 
     def workspaces(self, inst, run_shape: tuple) -> tuple:
-        return tuple((tuple(s), torch.float32, False) for s in inst.workspace_shapes(run_shape))
+        return tuple((tuple(s), torch_dtype(d, inst.target), zeroed)
+                     for s, d, zeroed in zip(inst.workspace_shapes(run_shape), inst.workspace_dtypes(),
+                                             inst.workspace_zeroed(), strict=True))
 
     def case_type(self):
         from codegen.families.attention.numerics import AttentionCase

@@ -23,7 +23,14 @@ from codegen.families.attention.rules import (
     ws_consumer_nreg,
     ws_consumers,
 )
-from codegen.families.attention.spec import AttentionSchedule, AttentionSpec, AttentionVariant, CausalMask, VLayout
+from codegen.families.attention.spec import (
+    AttentionSchedule,
+    AttentionSpec,
+    AttentionVariant,
+    CausalMask,
+    SplitKvCombine,
+    VLayout,
+)
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import transposed_b_rows
 from codegen.families.spec import TailPolicy
@@ -110,8 +117,16 @@ class AttentionInstance(InstanceBase):
     # decode, combine_vec 4: the fp32 each combine thread loads of a split's output at once (THREADS * 4 // HEAD_DIM
     # splits a step); None: one, split after split (identity only where set)
     combine_vec: int | None = None
+    # decode, split_kv_combine fixup: "fixup" -- the last split of each block of rows merges the splits (SPLIT_ARRIVALS:
+    # int32 counters, zero on entry and left zero; no combine kernel); None: the combine kernel (identity only where set)
+    combine: str | None = None
 
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv", "combine_vec")
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv", "combine_vec", "combine")
+
+    @property
+    def fixup(self) -> bool:
+        """decode, split_kv_combine fixup: the splits merged by the last of them to finish, no combine kernel."""
+        return self.combine == SplitKvCombine.FIXUP.value
 
     def uses_matrix_cores(self) -> bool:
         return True  # Q.K^T and P.V
@@ -137,7 +152,7 @@ class AttentionInstance(InstanceBase):
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         vt = "_vt" if self.v_transposed else ""
         dyn = "_dynkv" if self.dynamic_kv is not None else ""
-        cv = f"_cv{self.combine_vec}" if self.combine_vec is not None else ""
+        cv = f"_cv{self.combine_vec}" if self.combine_vec is not None else "_fx" if self.fixup else ""
         return (f"attn_{decode}{dtype_tag(*self.spec_dtypes[:2])}_d{self.head_dim}{causal}_{self.block_m}x{self.block_n}"
                 f"_t{self.threads}_s{self.stages}{kp}{split}{cv}{dyn}{schedule}{vt}{tail_tag(self.tail)}")
 
@@ -264,25 +279,40 @@ class AttentionInstance(InstanceBase):
         """prefill `T.Kernel(ceildiv(seq_q, BLOCK_M), heads, batch)`: one workgroup per (query block, head,
         batch). decode: `T.Kernel(SPLIT_KV, kv_heads * row_blocks, batch)` for the splits (row_blocks =
         ceil(heads/kv_heads * seq_q / BLOCK_M) blocks of packed rows per K/V head), then the combine's
-        `T.Kernel(heads, seq_q, batch)` -- which split_kv auto leaves out where it takes one split."""
+        `T.Kernel(heads, seq_q, batch)` -- which split_kv auto leaves out where it takes one split, and
+        split_kv_combine fixup always."""
         batch, heads, kv_heads, seq_q, _ = shape
         if self.variant == AttentionVariant.DECODE:
             split = self.split_for(shape)
             splits = ((split, kv_heads * self.row_blocks(heads // kv_heads * seq_q), batch),)
-            return splits if split == 1 and self.split_wave is not None else (*splits, (heads, seq_q, batch))
+            one = (split == 1 and self.split_wave is not None) or self.fixup
+            return splits if one else (*splits, (heads, seq_q, batch))
         if self.schedule == AttentionSchedule.PERSISTENT:
             return ((min(self.persistent_workgroups, self.persistent_tiles(shape)), 1, 1),)
         return ((-(-seq_q // self.block_m), heads, batch),)
 
     def workspace_shapes(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """The fp32 workspaces the kernel takes between K/V and O, at one problem size: decode's partial outputs
-        O_PART [batch, seq_q, heads, split_kv, head_dim] and their log-sum-exp LSE [batch, seq_q, heads, split_kv];
-        none for prefill."""
+        O_PART [batch, seq_q, heads, split_kv, head_dim] and their log-sum-exp LSE [batch, seq_q, heads, split_kv]
+        -- and with split_kv_combine fixup the int32 arrival counters SPLIT_ARRIVALS [batch, kv_heads * row_blocks],
+        one per workgroup row of the split grid (workspace_dtypes, workspace_zeroed); none for prefill."""
         if self.variant != AttentionVariant.DECODE:
             return ()
-        batch, heads, _, seq_q, _ = shape
+        batch, heads, kv_heads, seq_q, _ = shape
         split = self.split_for(shape)
-        return ((batch, seq_q, heads, split, self.head_dim), (batch, seq_q, heads, split))
+        parts = ((batch, seq_q, heads, split, self.head_dim), (batch, seq_q, heads, split))
+        return parts + ((batch, kv_heads * self.row_blocks(heads // kv_heads * seq_q)),) * self.fixup
+
+    def workspace_dtypes(self) -> tuple[str, ...]:
+        """The dtype of each workspace (workspace_shapes): fp32, the fixup's counters int32."""
+        if self.variant != AttentionVariant.DECODE:
+            return ()
+        return ("fp32", "fp32") + ("int32",) * self.fixup
+
+    def workspace_zeroed(self) -> tuple[bool, ...]:
+        """Per workspace: whether it must hold zeros on entry (the fixup's counters, left zero by the kernel); the
+        others are written before they are read."""
+        return tuple(d == "int32" for d in self.workspace_dtypes())
 
     def persistent_tiles(self, shape: tuple[int, ...]) -> int:
         """persistent: the (query block, head, batch) tiles of `shape` the grid loops over."""
@@ -310,6 +340,7 @@ class AttentionInstance(InstanceBase):
             **({"split_wave": self.split_wave} if self.split_wave is not None else {}),
             **({"dynamic_kv": {"min": self.dynamic_kv[0], "max": self.dynamic_kv[1]}} if self.dynamic_kv else {}),
             **({"combine_vec": self.combine_vec} if self.combine_vec is not None else {}),
+            **({"split_kv_combine": self.combine} if self.fixup else {}),
             "softmax_scale": self.softmax_scale,
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "threads": self.threads},
             "pipeline": {"stages": self.stages,
@@ -330,6 +361,7 @@ class AttentionInstance(InstanceBase):
     def summary(self) -> dict[str, str]:
         split = f"decode, split_kv {self.split_label}, " if self.variant == AttentionVariant.DECODE else ""
         split += f"combine {self.combine_vec}-wide, " if self.combine_vec is not None else ""
+        split += "combine fixup, " if self.fixup else ""
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
                 "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
@@ -369,7 +401,12 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         split_kv=tuning.split_kv if isinstance(tuning.split_kv, int) else 1,
         split_wave=None if isinstance(tuning.split_kv, int) or not decode else hw.compute_units * SPLIT_KV_AUTO_WAVES,
         dynamic_kv=(spec.dynamic_kv.min, spec.dynamic_kv.max) if spec.dynamic_kv and decode else None,
-        combine_vec=tuning.combine_vec if decode and tuning.combine_vec > 1 else None,
+        # the fixup merges in the split workgroups: no combine kernel, so no combine_vec (normalised away)
+        combine_vec=(tuning.combine_vec if decode and tuning.combine_vec > 1
+                     and tuning.split_kv_combine != SplitKvCombine.FIXUP else None),
+        # (normalised away with one fixed split: nothing to merge)
+        combine=(SplitKvCombine.FIXUP.value if decode and tuning.split_kv_combine == SplitKvCombine.FIXUP
+                 and tuning.split_kv != 1 else None),
         softmax_scale=scale,
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,

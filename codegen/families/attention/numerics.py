@@ -14,7 +14,14 @@ from dataclasses import dataclass, replace
 from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.attention.spec import AttentionSchedule, AttentionVariant, CausalMask
 from codegen.families.base import Numerics
-from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, compiled_once
+from codegen.families.numerics import (
+    SUBNORMAL_ROUNDOFF,
+    TINY,
+    UNIT_ROUNDOFF,
+    compiled_once,
+    counters_left,
+    verify_workspaces,
+)
 from codegen.families.spec import TailPolicy
 from codegen.targets import torch_dtype
 
@@ -173,7 +180,8 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
     flatter softmax rows from head to head, outputs of different sizes), all rounded to the input dtype.
     Times HOT_KEY_VALUE_SCALE: V of the last seq_q keys (bottom_right with seq_q < seq_kv) and, decode, V of
     the KV blocks the split controls drop (_split_control_keys).
-    decode also gets its fp32 workspace (O_PART, LSE), NaN-filled: the kernel must write what it reads."""
+    decode also gets its fp32 workspace (O_PART, LSE), NaN-filled: the kernel must write what it reads (and
+    split_kv_combine fixup's counters, zeros: codegen.families.numerics.verify_workspaces)."""
     import torch
 
     b, h, kvh, sq, skv = shape
@@ -194,7 +202,7 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
     v[:, hot] *= HOT_KEY_VALUE_SCALE
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     qq, kq, vq = q.to(dt), k.to(dt), v.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
-    workspace = tuple(torch.full(s, float("nan"), device=device) for s in inst.workspace_shapes(shape))
+    workspace = verify_workspaces(inst, shape, device, run_target)
     return AttentionCase(Q=qq.to(device), K=kq.to(device), V=vq.to(device), workspace=workspace)
 
 
@@ -537,4 +545,5 @@ NUMERICS = Numerics(
     out_shape=lambda inst, s: (s[0], s[3], s[1], inst.head_dim),
     launch=lambda kernel, case, out: kernel(case.Q, case.K, case.V, *case.workspace, out),
     baselines=attention_baselines,
+    after_launch=lambda inst, case: counters_left(inst, case.workspace),  # split_kv_combine fixup's counters
 )

@@ -18,6 +18,7 @@ from codegen.families.attention.spec import (
     AttentionTuning,
     AttentionVariant,
     CausalMask,
+    SplitKvCombine,
     VLayout,
 )
 from codegen.families.gemm.rules import transposed_b_rows
@@ -269,6 +270,15 @@ def attn_combine_vec(c: AttentionContext) -> Iterator[Violation]:
                                 "combine: leave combine_vec at 1")
 
 
+def attn_split_kv_combine(c: AttentionContext) -> Iterator[Violation]:
+    """Rule split_kv_combine_variant: split_kv_combine is who merges decode's KV splits; prefill has none."""
+    if c.tuning.split_kv_combine != SplitKvCombine.KERNEL and c.spec.variant != AttentionVariant.DECODE:
+        yield Violation(rule="split_kv_combine_variant", path=c.at("split_kv_combine"),
+                        value=c.tuning.split_kv_combine.value,
+                        message=f"is who merges variant decode's KV splits; variant {c.spec.variant.value} has no "
+                                "splits: leave split_kv_combine at kernel")
+
+
 def attn_causal_alignment(c: AttentionContext) -> Iterator[Violation]:
     """bottom_right puts the queries at the end of the keys: with seq_q > seq_kv the first seq_q - seq_kv
     queries would see no key at all."""
@@ -441,7 +451,7 @@ def attn_ws_registers(c: AttentionContext) -> Iterator[Violation]:
 
 ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
-    attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_combine_vec, attn_causal_alignment, attn_k_pack_target,
+    attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_combine_vec, attn_split_kv_combine, attn_causal_alignment, attn_k_pack_target,
     attn_k_pack_schedule, attn_ws_target, attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
     attn_v_layout_schedule, attn_v_layout_tile,
 )

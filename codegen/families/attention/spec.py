@@ -45,6 +45,17 @@ from codegen.families.spec import (
 ATTENTION_HEAD_DIMS = (64, 128)
 
 
+class SplitKvCombine(StrEnum):
+    """Who merges decode's KV splits (`split_kv_combine`). kernel: a second kernel, one workgroup per (head,
+    position, batch), weighs each split's output by its log-sum-exp. fixup: no second kernel -- each split, its
+    output and log-sum-exp stored, counts itself in on its block of rows' int32 arrival counter (zero on entry,
+    left zero); the split that arrives last merges every split's output of those rows in the same order (the
+    serial combine's sums) and stores O."""
+
+    KERNEL = "kernel"
+    FIXUP = "fixup"
+
+
 class CausalMask(StrEnum):
     """Which keys query i (of seq_q) may see among seq_kv. `causal: true` (the bool of earlier specs)
     means top_left, what it always meant."""
@@ -128,6 +139,9 @@ ATTENTION_KNOBS: tuple[Knob, ...] = (
     Knob(name="combine_vec", type=int_choice(1, 4), default=1,
          doc="decode: fp32 elements of a split's output each thread of the combine kernel loads at once: 1 (one, "
              "split after split) or 4 (16-byte loads, threads * 4 // head_dim splits a step; rule combine_vec_variant)"),
+    Knob(name="split_kv_combine", type=SplitKvCombine, default=SplitKvCombine.KERNEL,
+         doc="decode: who merges the KV splits -- kernel (a second kernel) or fixup (the last split of each block of "
+             "rows to finish, in the same order; int32 arrival counters; rule split_kv_combine_variant)"),
     Knob(name="schedule", type=AttentionSchedule, default=AttentionSchedule.DEFAULT,
          doc="prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)"),
     Knob(name="k_pack", type=int_choice(1, 2), default=1, takes=K_PACK.takes,
@@ -201,6 +215,7 @@ STARTER = """\
   # split_kv: 1             # decode: workgroups the KV sequence of one (batch, K/V head) is split over, or auto
   # dynamic_kv: {min: 1024, max: 131072}   # decode: one compiled kernel for every seq_kv in the range
   # combine_vec: 1          # decode: fp32 a combine thread loads per split at once: 1, or 4 (16-byte loads)
+  # split_kv_combine: kernel # decode: kernel (a second kernel merges the splits) | fixup (the last split does)
   # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
   # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
   # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed

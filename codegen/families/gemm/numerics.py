@@ -30,7 +30,15 @@ from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics
 from codegen.families.gemm.rules import split_tiles
 from codegen.families.gemm.spec import Structure
-from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk, compiled_once
+from codegen.families.numerics import (
+    SUBNORMAL_ROUNDOFF,
+    TINY,
+    UNIT_ROUNDOFF,
+    CheckChunk,
+    compiled_once,
+    counters_left,
+    verify_workspaces,
+)
 from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS, torch_dtype
 
@@ -260,10 +268,7 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
     # NaN-filled: the kernel must write every element of its workspaces that it reads -- but the counters that
     # must be zero on entry (split_k_sum fixup's), which the kernel must leave zero (after_launch checks it)
-    workspace = tuple(torch.zeros(s, dtype=torch_dtype(d, run_target), device=device) if zeroed else
-                      torch.full(s, float("nan"), dtype=torch_dtype(d, run_target), device=device)
-                      for s, d, zeroed in zip(inst.workspace_shapes(shape), inst.workspace_dtypes(),
-                                              inst.workspace_zeroed(), strict=True))
+    workspace = verify_workspaces(inst, shape, device, run_target)
     extra = {}
     f = inst.fused
     if f is not None:  # drawn after A and B, so a plain GEMM's inputs are the same draws
@@ -725,18 +730,6 @@ def tolerance(inst, shape, run_target: Target) -> Tolerance:
     return gemm_tolerance(inst, run_target, shape[2], inst.verify_tolerance_scale)
 
 
-def after_launch(inst, case: GemmCase) -> str:
-    """'' or what a launch left wrong beyond C: split_k_sum fixup's tile counters must be zero again (a counter
-    left at split_k would make the next call's last split miss its turn, and C be left unwritten)."""
-    for w, zeroed in zip(case.workspace, inst.workspace_zeroed(), strict=True):
-        if zeroed:
-            left = int((w != 0).sum().item())
-            if left:
-                return (f"{left} of {w.numel()} tile arrival counters left non-zero after the launch (max "
-                        f"{int(w.max().item())}): the next call would count from there")
-    return ""
-
-
 NUMERICS = Numerics(
     flops=lambda inst, s: gemm_flops(*s, products=2 if getattr(inst, "gated", False) else 1),
     bytes=lambda inst, s: gemm_bytes(inst, *s),
@@ -752,5 +745,5 @@ NUMERICS = Numerics(
                                              else gemm_baseline_fns(inst, case.A, case.B, out_dtype)),
     baseline_precision=gemm_baseline_precision,
     baseline_bytes=fused_baseline_bytes,
-    after_launch=after_launch,
+    after_launch=lambda inst, case: counters_left(inst, case.workspace),  # split_k_sum fixup's tile counters
 )
