@@ -8,7 +8,14 @@ from typing import ClassVar
 
 from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
-from codegen.families.gemm.rules import b_eviction, gemv_vector, lds_bytes, shared_epilogue, transposed_b_rows
+from codegen.families.gemm.rules import (
+    b_eviction,
+    gemv_vector,
+    lds_bytes,
+    shared_epilogue,
+    tf32_converted_inline,
+    transposed_b_rows,
+)
 from codegen.families.gemm.spec import (
     Activation,
     Epilogue,
@@ -20,6 +27,7 @@ from codegen.families.gemm.spec import (
     SplitKSum,
     Staging,
     Structure,
+    Tf32Convert,
     WarpPolicy,
 )
 from codegen.families.gemm.targets import GEMM_TARGET
@@ -181,7 +189,15 @@ class GemmInstance(InstanceBase):
     # SplitKSum: None -- the partials summed by a second kernel (or no K split); "fixup" -- by the last split of
     # each tile to finish (TILE_ARRIVALS: int32 counters, zero on entry and left zero). Optional identity too
     split_k_sum: str | None = None
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("fused", "split_k_sum")
+    # Tf32Convert: None -- precision tf32 / 3xtf32 staged into TF32 workspaces (or no TF32); "inline" -- rounded
+    # (3xtf32: split) in the main kernel's shared tiles each K step, no workspaces. Optional identity too
+    tf32_convert: str | None = None
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("fused", "split_k_sum", "tf32_convert")
+
+    @property
+    def tf32_inline(self) -> bool:
+        """precision tf32 / 3xtf32 converted in the main kernel's tiles (tf32_convert inline): no staging."""
+        return self.tf32_convert == Tf32Convert.INLINE.value
 
     @property
     def fixup(self) -> bool:
@@ -246,7 +262,8 @@ class GemmInstance(InstanceBase):
         parts += [f"kp{self.k_pack}"] * bool(self.k_pack and self.k_pack > 1)
         parts += ["ldsbt"] * self.transposed_b + ["pad"] * self.padded
         parts += [self.policy] * (self.policy != WarpPolicy.SQUARE.value)
-        parts += [self.precision] * (self.precision is not None)
+        if self.precision is not None:
+            parts.append(self.precision + "i" * self.tf32_inline)  # tf32i / 3xtf32i: converted inline
         parts += ["dynm"] * (self.dynamic_m is not None)
         parts += ["pers"] * self.persistent
         parts += [f"ev{self.b_eviction[0]}"] * (self.b_eviction != Eviction.NORMAL.value)  # evf / evl
@@ -269,7 +286,7 @@ class GemmInstance(InstanceBase):
         """What the staging kernels write before the main one: "" (none: tiles read from the caller's A and B),
         "padded" (staging padded: zero-padded copies of A and B) or "tf32" (precision tf32 / 3xtf32: TF32
         values, K-major)."""
-        if self.precision in (Precision.TF32.value, Precision.X3TF32.value):
+        if self.precision in (Precision.TF32.value, Precision.X3TF32.value) and not self.tf32_inline:
             return "tf32"
         return "padded" if self.padded else ""
 
@@ -427,7 +444,7 @@ class GemmInstance(InstanceBase):
             "k_tile": "k_first + kk" if self.split else "k",  # the K tile of one step (transposed_b's _stage_b)
             # T.copy's eviction_policy on every copy of B ('' for no hint)
             "b_hint": ", eviction_policy=B_EVICTION" if self.b_eviction != Eviction.NORMAL.value else "",
-            "stage_launches": [],
+            "stage_launches": [], "tf32_inline": self.tf32_inline,
         }
         if self.transposed_b:  # elements of one 16-byte load of a row of B, and the rows (K) each thread loads
             b_vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[1])]
@@ -439,6 +456,10 @@ class GemmInstance(InstanceBase):
             b_at = "by * BLOCK_N, bx * BLOCK_K" if self.trans_b else "bx * BLOCK_K, by * BLOCK_N"
             v["stage_launches"] = [{"rows": "M, BLOCK_M", "args": f"A, A_PAD, {a_at}, {a_tile}, A_DTYPE"},
                                    {"rows": "N, BLOCK_N", "args": f"B, B_PAD, {b_at}, {b_stored}, B_DTYPE"}]
+        if self.tf32_inline:  # the tiles as stored (A_s_raw, B_s_raw), converted each step into K-major TF32 tiles
+            v |= {"a_buf": "A_s", "b_buf": "B_s", "tile_dtype": ("TF32", "TF32"),
+                  "a_tile": "(BLOCK_M, BLOCK_K)", "b_tile": "(BLOCK_N, BLOCK_K)", "a_raw_tile": a_tile,
+                  "b_raw_tile": b_stored, "a_k_major": not self.trans_a, "b_k_major": self.trans_b}
         if self.workspace == "tf32":  # K-major TF32 workspaces: A_hi (M x K), B_hi (N x K), and the residuals
             names = self.xf32_workspaces()
             lo = "A_lo" in names
@@ -472,8 +493,8 @@ class GemmInstance(InstanceBase):
         schedule = self.schedule_kind
         extent = ("split_tiles" if self.split else "T.ceildiv(K, BLOCK_K)" if schedule == "tile" else "k_tiles")
         tf32 = self.workspace == "tf32"
-        # tf32 / 3xtf32: B staged K-major, so the MMA reads it transposed
-        gemm_args = (["transpose_B=True"] if tf32 else
+        # tf32 / 3xtf32: B staged (or converted inline) K-major, so the MMA reads it transposed
+        gemm_args = (["transpose_B=True"] if tf32 or self.tf32_inline else
                      [f"transpose_A={self.trans_a}", f"transpose_B={self.trans_b or self.transposed_b}"])
         gemm_args.append(f"policy={_POLICY[WarpPolicy(self.policy)]}")
         if self.k_pack is not None and self.k_pack > 1:
@@ -578,6 +599,7 @@ class GemmInstance(InstanceBase):
             **({"split_k": self.split_k, "reduce_block": [self.reduce_block_m, self.reduce_block_n]}
                if self.split_k > 1 and not self.fixup else {}),
             **({"split_k": self.split_k, "split_k_sum": self.split_k_sum} if self.fixup else {}),
+            **({"tf32_convert": self.tf32_convert} if self.tf32_inline else {}),
             "shapes": [list(s) for s in self.shapes],
             "tiling": {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                        "threads": self.threads, "policy": self.policy},
@@ -604,7 +626,7 @@ class GemmInstance(InstanceBase):
                 "layout": self.layout + (f" ({self.lds_layout})" if self.transposed_b else ""),
                 "tiling": f"{self.block_m}x{self.block_n}x{self.block_k}", "threads": str(self.threads),
                 "schedule": f"stages {self.stages}" + (f", split_k {self.split_k}" + " fixup" * self.fixup if self.split_k > 1 else "")
-                            + (f", {self.precision}" if self.precision else "")
+                            + (f", {self.precision}" + " inline" * self.tf32_inline if self.precision else "")
                             + (f", staging {self.staging}" if self.padded else "")
                             + (f", M dynamic {self.dynamic_m[0]}..{self.dynamic_m[1]}" if self.dynamic_m else "")
                             + (f", persistent {self.resident_workgroups}" if self.persistent else "")
@@ -725,4 +747,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         b_eviction=eviction.value, epilogue=epilogue.value,
         staging=(Staging.PADDED if padded else Staging.NONE).value,
         fused=fused_ops(spec, hw), split_k_sum=SplitKSum.FIXUP.value if fixup else None,
+        tf32_convert=Tf32Convert.INLINE.value if tf32_converted_inline(spec, tuning) else None,
     )

@@ -24,6 +24,7 @@ from codegen.families.gemm.spec import (
     SplitKSum,
     Staging,
     Structure,
+    Tf32Convert,
 )
 from codegen.families.gemm.targets import GEMM_TARGET
 from codegen.families.rules import FieldPath, TunedContext, Violation, target_only_value, threads_violations
@@ -59,7 +60,8 @@ def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
     """Shared-memory bytes of one GEMM workgroup: the A and B tiles (with a gate, two B tiles: B's and B_UP's)
     times the pipeline's buffers -- for tf32
     and 3xtf32 (their main kernel) the staged TF32 tile sets: one (tf32) or two (3xtf32: high parts
-    and residuals) per buffer; its staging kernels hold one A or B tile, less. With epilogue shared (where it
+    and residuals) per buffer; its staging kernels hold one A or B tile, less. tf32_convert inline: the fp32
+    tiles per buffer, plus one TF32 tile set (tf32) or two (3xtf32) that each K step's conversion writes. With epilogue shared (where it
     applies: shared_epilogue) the C tile in the output dtype too, in the same bytes: TileLang 0.1.15 merges
     shared buffers whose lifetimes do not overlap, and the C tile lives after the K loop, so it takes the
     pipeline's buffers (the lowered source places it at offset 0 with them) -- the larger of the two counts.
@@ -71,7 +73,11 @@ def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
     b_tiles = 2 if spec.gate is not None else 1  # the gate: B's and B_UP's tiles in every stage
     per_stage = (t.block_m * t.block_k * DTYPE_BYTES[spec.dtypes.a]
                  + b_tiles * t.block_n * t.block_k * DTYPE_BYTES[spec.dtypes.b])
-    pipeline = per_stage * max(1, tuning.pipeline.stages) * tf32_tile_sets(spec)
+    stages = max(1, tuning.pipeline.stages)
+    if tf32_converted_inline(spec, tuning):  # the fp32 tiles as copied, pipelined, and the TF32 tile set(s) they become
+        pipeline = per_stage * (stages + tf32_tile_sets(spec))
+    else:
+        pipeline = per_stage * stages * tf32_tile_sets(spec)
     return max(pipeline, c_tile_bytes(spec, tuning)) if shared_epilogue(spec, tuning, target) else pipeline
 
 
@@ -96,6 +102,12 @@ def shared_epilogue(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> b
 def tf32_tile_sets(spec: GemmSpec) -> int:
     """A+B tile sets per pipeline buffer: 2 for 3xtf32 (high parts and residuals), else 1."""
     return 2 if spec.dtypes.a == DType.FP32 and spec.precision == Precision.X3TF32 else 1
+
+
+def tf32_converted_inline(spec: GemmSpec, tuning: GemmTuning) -> bool:
+    """precision tf32 / 3xtf32 of fp32 inputs, converted in the main kernel's tiles (tf32_convert inline)."""
+    return (spec.dtypes.a == DType.FP32 and spec.precision != Precision.IEEE
+            and tuning.tf32_convert == Tf32Convert.INLINE)
 
 
 GemmRule = Callable[[GemmContext], Iterator[Violation]]
@@ -136,8 +148,10 @@ TRAITS: dict[str, Trait] = {
                   said=lambda c: f"structure {c.tuning.structure.value}"),  # gemv_n combines as gemv does
     "fp32": Trait(name="fp32 inputs (precision ieee)", field="dtypes.a",
                   on=lambda c: _fp32(c) and c.spec.precision == Precision.IEEE),
-    "tf32": Trait(name="precision tf32 / 3xtf32", field="precision",
-                  on=lambda c: _fp32(c) and c.spec.precision != Precision.IEEE),
+    "tf32": Trait(name="precision tf32 / 3xtf32", field="precision",  # staged: the TF32 staging kernels
+                  on=lambda c: _fp32(c) and c.spec.precision != Precision.IEEE and not tf32_converted_inline(c.spec, c.tuning)),
+    "tf32_inline": Trait(name="tf32_convert inline", field="tf32_convert",
+                         on=lambda c: tf32_converted_inline(c.spec, c.tuning)),
     "tail_none": Trait(name="tail none", field="tail", on=lambda c: c.spec.tail == TailPolicy.NONE),
     "specialized": Trait(name="tail specialized", field="tail", on=lambda c: c.spec.tail == TailPolicy.SPECIALIZED),
     "unroll": Trait(name="unroll > 1", field="unroll", on=lambda c: c.tuning.unroll > 1),
@@ -176,6 +190,8 @@ class Unsupported:
 UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
     Unsupported(traits=("tf32", "gemv"), why="gemv's lanes multiply in true fp32 (no tensor cores to round for): "
                                              "use precision ieee"),
+    Unsupported(traits=("gemv", "tf32_inline"), why="gemv's lanes multiply in true fp32 (no tensor cores to round "
+                                                    "for): use precision ieee"),
     Unsupported(traits=("gemv", "transposed_b"), why="gemv stages no B tile in LDS"),
     Unsupported(traits=("gemv", "split_k"), why="gemv's lanes of a column share K already, and it has no output tile "
                                                 "to split"),
@@ -223,6 +239,8 @@ UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
     Unsupported(traits=("epilogue_ops", "gate"), why="the gated product's epilogue is its gate (act(A.B) * (A.B_UP)); "
                                                      "scale, bias and residual are not built beside it"),
     Unsupported(traits=("tf32", "gate"), why="the TF32 staging kernels stage A and one B: use precision ieee"),
+    Unsupported(traits=("tf32_inline", "gate"), why="the inline conversion rounds A and one B tile a step: use "
+                                                    "precision ieee"),
     Unsupported(traits=("padded", "gate"), why="the padded staging copies A and one B: use staging none"),
     Unsupported(traits=("transposed_b", "gate"), why="transposed_b's registers stage one B tile a step: use natural"),
 )
@@ -280,6 +298,14 @@ def precision_target(c: GemmContext) -> Iterator[Violation]:
         yield Violation(rule="precision_target", path=("precision",), value=p.value,
                         message=f"not possible on {c.hw.target}: {gemm.fp32_precision_note}; "
                                 f"drop {c.hw.target} from targets or use {' / '.join(gemm.fp32_precisions)}")
+
+
+def tf32_convert_applies(c: GemmContext) -> Iterator[Violation]:
+    """Rule tf32_convert_applies: tf32_convert says where precision tf32 / 3xtf32 round their fp32 inputs; any
+    other GEMM has nothing to convert, so only the default `staged` means anything for it."""
+    if c.tuning.tf32_convert != Tf32Convert.STAGED and not (_fp32(c) and c.spec.precision != Precision.IEEE):
+        yield Violation(rule="tf32_convert_applies", path=c.at("tf32_convert"), value=c.tuning.tf32_convert.value,
+                        message="only for precision tf32 / 3xtf32 of fp32 inputs: remove it")
 
 
 def wave_multiple(c: GemmContext) -> Iterator[Violation]:
@@ -711,14 +737,15 @@ def fused_rules(c: GemmContext) -> Iterator[Violation]:
 
 
 GEMM_RULES: tuple[GemmRule, ...] = (
-    unsupported_combination, dtype_supported, precision_dtype, precision_target, wave_multiple, mma_shape, lds_budget,
-    tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
+    unsupported_combination, dtype_supported, precision_dtype, precision_target, tf32_convert_applies, wave_multiple,
+    mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
     lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules, staging_rules,
     fused_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
-GEMV_RULES: tuple[GemmRule, ...] = (unsupported_combination, dtype_supported, precision_dtype, wave_multiple, gemv_shape, tail_policy,
+GEMV_RULES: tuple[GemmRule, ...] = (unsupported_combination, dtype_supported, precision_dtype, tf32_convert_applies,
+                                     wave_multiple, gemv_shape, tail_policy,
                                      gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
                                      split_k_rules, persistent_rules, tma_copy_rules, staging_rules, fused_rules)
 

@@ -102,6 +102,18 @@ class SplitKSum(StrEnum):
     FIXUP = "fixup"
 
 
+class Tf32Convert(StrEnum):
+    """Where precision tf32 / 3xtf32 turn the fp32 inputs into TF32 (`tf32_convert`, sm_90). staged: small
+    staging kernels of the same module first write A and B rounded to TF32 (3xtf32: and their residuals) into
+    K-major workspaces of whole blocks, which the main kernel's tiles copy as they are. inline: the main kernel
+    copies the fp32 tiles of A and B as stored and rounds (3xtf32: splits) them into K-major TF32 tiles in shared
+    memory at each K step -- no staging launches and no workspaces, each operand read once from memory; the
+    elementwise pass is the main loop's cost. The same values reach the tensor cores: numerics unchanged."""
+
+    STAGED = "staged"
+    INLINE = "inline"
+
+
 class Eviction(StrEnum):
     """The L2 eviction priority of a tiled GEMM's B tile loads on sm_90 (`b_eviction`): TileLang's
     `T.copy(..., eviction_policy="evict_<value>")`, a cache hint on the TMA load (cp.async.bulk.tensor with
@@ -268,6 +280,9 @@ GEMM_KNOBS: tuple[Knob, ...] = (
     Knob(name="staging", type=Staging, default=Staging.NONE,
          doc="tiled: none | padded -- A and B copied into zero-padded workspaces of whole blocks before the main "
              "kernel, for operands whose leading dimensions are not 16-byte multiples (rules staging_*)"),
+    Knob(name="tf32_convert", type=Tf32Convert, default=Tf32Convert.STAGED,
+         doc="precision tf32 / 3xtf32: staged (staging kernels write TF32 workspaces first) | inline (the main "
+             "kernel rounds / splits its fp32 tiles in shared memory; rule tf32_convert_applies)"),
 )
 
 GemmTuning = tuning_model("GemmTuning", GEMM_KNOBS, module=__name__,
@@ -351,6 +366,7 @@ STARTER = """\
   # split_k_sum: kernel      # split_k > 1: kernel (a second kernel sums the partials) | fixup (the tile's last split does)
   # staging: none           # tiled: none | padded (odd leading dimensions: A, B copied into zero-padded workspaces)
   # precision: ieee         # fp32 inputs only: ieee (true fp32, default) | tf32 | 3xtf32 (sm_90 only)
+  # tf32_convert: staged    # tf32 / 3xtf32: staged (TF32 workspaces first) | inline (in the main kernel's tiles)
   # epilogue_ops:           # on the fp32 accumulator, in this order: act(scale * (A @ B) + bias) + beta * residual
   #   scale: 0.5            # alpha, an fp32 constant
   #   bias: {{dtype: fp16}}   # a vector of N elements (kernel argument Bias)
