@@ -111,8 +111,9 @@ def test_tf32_modes_refuse_edge_kernels_and_take_an_unrolled_loop():
     text = edit(edit(SPEC, "[gfx942, sm_90]", "[sm_90]"), "  targets:", "  tail: specialized\n  unroll: 2\n"
                 "  pipeline: {stages: 1}\n  targets:")
     assert [e.split(": ", 1)[1] for e in errors(text)] == [
-        ("tail=specialized: not with precision tf32 / 3xtf32 (not supported): the TF32 workspaces are whole blocks, "
-         "so there are no edge kernels to specialize: use tail predicated or none [unsupported_combination]")]
+        ("tail=specialized: not with precision tf32 / 3xtf32 (staged) (not supported): the TF32 workspaces are whole "
+         "blocks, so there are no edge kernels to specialize: use tail predicated or none, or tf32_convert inline "
+         "[unsupported_combination]")]
     [inst] = build_instances(parse_specs(edit(text, "  tail: specialized\n", ""), FILE))
     text = render(inst).text  # the staged main kernel's K loop unrolled, as any other
     assert "UNROLL = 2" in text and "STAGES" not in text and "for ko in T.serial(T.ceildiv(K, BLOCK_K) // UNROLL):" in text
@@ -154,6 +155,50 @@ def test_xf32_workspaces_are_padded_to_whole_blocks_and_launched():
     assert inst.workspace_shapes((1000, 1500, 999)) == ((1024, 1024), (1536, 1024), (1024, 1024), (1536, 1024))
     assert inst.launch_grids((1000, 1500, 999)) == ((32, 8, 1), (32, 6, 1), (6, 8, 1))
     assert _inst("gemm_fp32_tf32").xf32_workspaces() == ("A_hi", "B_hi") and _inst("gemm_fp32_ieee").xf32_workspaces() == ()
+
+
+# ---- tf32_convert inline: the conversion in the main kernel's tiles ------------------------------------
+
+INLINE = edit(edit(SPEC, "[gfx942, sm_90]", "[sm_90]"), "  precision: tf32\n",
+              "  precision: 3xtf32\n  tf32_convert: inline\n")
+
+
+def _inline(text=INLINE):
+    [inst] = build_instances(parse_specs(text, FILE))
+    return inst
+
+
+def test_tf32_convert_inline_has_no_staging_kernels_nor_workspaces_and_names_itself():
+    inst = _inline()
+    assert inst.tf32_inline and inst.workspace == "" and inst.xf32_workspaces() == ()
+    assert inst.workspace_shapes((1000, 1500, 999)) == () and inst.launch_grids((1000, 1500, 999)) == ((12, 8, 1),)
+    assert "_3xtf32i_" in render(inst).uri
+    staged = _inline(edit(INLINE, "  tf32_convert: inline\n", ""))
+    assert "_3xtf32_" in render(staged).uri and staged.tf32_convert is None  # the default: the identity as before
+    # shared memory: the fp32 tiles of every stage, and the TF32 high and residual tiles each step writes
+    tile = (128 + 128) * 16 * 4
+    assert (inst.lds_bytes, staged.lds_bytes) == (tile * (2 + 2), tile * 2 * 2)
+
+
+def test_tf32_convert_applies_only_to_tf32_modes():
+    assert [e.split(": ", 1)[1] for e in errors(edit(INLINE, "  precision: 3xtf32\n", ""))] == [
+        "tf32_convert=inline: only for precision tf32 / 3xtf32 of fp32 inputs: remove it [tf32_convert_applies]"]
+    fp16 = edit(edit(INLINE, "{a: fp32, b: fp32, out: fp32}", "{a: fp16, b: fp16, out: fp16}"),
+                "  precision: 3xtf32\n", "")
+    assert [e.rsplit("[", 1)[1] for e in errors(fp16)] == ["tf32_convert_applies]"]
+
+
+@pytest.mark.slow
+def test_inline_kernels_convert_in_the_main_loop_and_read_the_callers_operands():
+    from codegen.generate.lower import lower
+
+    for text, products in ((INLINE, 3), (edit(INLINE, "precision: 3xtf32", "precision: tf32"), 1)):
+        inst = _inline(edit(text, "  layout: nn\n", "  layout: nt\n"))
+        src = lower(render(inst), (256, 256, 64), Target.SM_90).source
+        assert src.count("__global__") == 2  # one kernel, declared and defined: no staging launches
+        assert "A_hi" not in src and "4294959104" in src  # the rounding (& 0xFFFFE000) is in the main kernel
+        assert src.count("wgmma_ss<tl::DataType::kTensorFloat32") == products
+        assert "tma_load" in src  # the fp32 tiles of A and B, as stored
 
 
 # ---- the tolerance models on the CPU -----------------------------------------------------------------

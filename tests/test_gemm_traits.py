@@ -29,6 +29,7 @@ SPEC_OF = {
     "gemv": {"structure": "gemv", "layout": "nt", "tiling": {"block_m": 16, "block_n": 16, "block_k": 64, "threads": 128}},
     "fp32": {"dtypes": FP32},
     "tf32": {"dtypes": FP32, "precision": "tf32"},
+    "tf32_inline": {"dtypes": FP32, "precision": "3xtf32", "tf32_convert": "inline"},
     "tail_none": {"tail": "none"},
     "specialized": {"tail": "specialized"},
     "unroll": {"unroll": 2, "pipeline": {"stages": 1}},
@@ -43,9 +44,9 @@ SPEC_OF = {
                                       "residual": {"beta": 0.5}}},
     "gate": {"gate": "swiglu"},
 }
-ONLY_ON = {"transposed_b": {Target.GFX942}, "tf32": {Target.SM_90}, "b_eviction": {Target.SM_90},
+ONLY_ON = {"transposed_b": {Target.GFX942}, "tf32": {Target.SM_90}, "tf32_inline": {Target.SM_90}, "b_eviction": {Target.SM_90},
            "epilogue_shared": {Target.SM_90}}  # the target-only options (and tf32: sm_90's tensor cores)
-SAME_FIELD = ({"tail_none", "specialized"}, {"fp32", "tf32"})
+SAME_FIELD = ({"tail_none", "specialized"}, {"fp32", "tf32"}, {"fp32", "tf32_inline"}, {"tf32", "tf32_inline"})
 TARGETS_UNDER_TEST = (Target.GFX942, Target.SM_90)
 TABLE = {frozenset(u.traits): u for u in UNSUPPORTED_COMBINATIONS}
 

@@ -55,8 +55,8 @@ def files(text: str = BASE):
      ("specs/x.yaml:8:21: tiling.block_m=32: structure gemv keeps every row of A in registers: at most 16 rows "
      "[gemv_shape]")),
     ("dtypes: {a: fp16, b: fp16, out: fp16}", "dtypes: {a: fp32, b: fp32, out: fp32}\n  precision: 3xtf32",
-     ("specs/x.yaml:8:14: structure=gemv: not with precision tf32 / 3xtf32 (not supported): gemv's lanes multiply "
-      "in true fp32 (no tensor cores to round for): use precision ieee [unsupported_combination]")),
+     ("specs/x.yaml:8:14: structure=gemv: not with precision tf32 / 3xtf32 (staged) (not supported): gemv's lanes "
+      "multiply in true fp32 (no tensor cores to round for): use precision ieee [unsupported_combination]")),
     ("{m: 4, n: 4096, k: 4096}", "{m: 4, n: 4100, k: 4096}",
      ("specs/x.yaml:6:7: shapes[0]: n=4100 is not a multiple of block_n=8: set tail: predicated or specialized "
      "[tail_policy]")),

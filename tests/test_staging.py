@@ -65,8 +65,9 @@ def files(text: str = BASE):
       "k=100), so the tiles load 16 bytes at a time unstaged and staging: padded would only add copies: use "
       "staging: none [staging_applies]")),
     ("{a: fp16, b: fp16, out: fp16}", "{a: fp32, b: fp32, out: fp32}\n  precision: tf32",
-     ("specs/x.yaml:10:12: staging=padded: not with precision tf32 / 3xtf32 (not supported): tf32 / 3xtf32 stage A "
-      "and B into zero-padded workspaces already: use staging none [unsupported_combination]")),
+     ("specs/x.yaml:10:12: staging=padded: not with precision tf32 / 3xtf32 (staged) (not supported): tf32 / 3xtf32 "
+      "stage A and B into zero-padded workspaces already: use staging none, or tf32_convert inline "
+      "[unsupported_combination]")),
     ("tail: predicated", "tail: specialized",
      ("specs/x.yaml:10:9: tail=specialized: not with staging padded (not supported): the padded operands are whole "
       "blocks, so there are no edge kernels to specialize: use tail predicated [unsupported_combination]")),

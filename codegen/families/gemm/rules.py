@@ -148,7 +148,7 @@ TRAITS: dict[str, Trait] = {
                   said=lambda c: f"structure {c.tuning.structure.value}"),  # gemv_n combines as gemv does
     "fp32": Trait(name="fp32 inputs (precision ieee)", field="dtypes.a",
                   on=lambda c: _fp32(c) and c.spec.precision == Precision.IEEE),
-    "tf32": Trait(name="precision tf32 / 3xtf32", field="precision",  # staged: the TF32 staging kernels
+    "tf32": Trait(name="precision tf32 / 3xtf32 (staged)", field="precision",  # tf32_convert staged
                   on=lambda c: _fp32(c) and c.spec.precision != Precision.IEEE and not tf32_converted_inline(c.spec, c.tuning)),
     "tf32_inline": Trait(name="tf32_convert inline", field="tf32_convert",
                          on=lambda c: tf32_converted_inline(c.spec, c.tuning)),
@@ -206,9 +206,10 @@ UNSUPPORTED_COMBINATIONS: tuple[Unsupported, ...] = (
     Unsupported(traits=("tf32", "transposed_b"), why="tf32 / 3xtf32 stage B K-major into their workspaces already: "
                                                      "use natural"),
     Unsupported(traits=("tf32", "padded"), why="tf32 / 3xtf32 stage A and B into zero-padded workspaces already: "
-                                               "use staging none"),
+                                               "use staging none, or tf32_convert inline"),
     Unsupported(traits=("tf32", "specialized"), why="the TF32 workspaces are whole blocks, so there are no edge "
-                                                    "kernels to specialize: use tail predicated or none"),
+                                                    "kernels to specialize: use tail predicated or none, or "
+                                                    "tf32_convert inline"),
     Unsupported(traits=("padded", "specialized"), why="the padded operands are whole blocks, so there are no edge "
                                                       "kernels to specialize: use tail predicated"),
     Unsupported(traits=("padded", "tail_none"), why="with tail none every dimension is whole blocks, so every leading "
