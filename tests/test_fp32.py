@@ -201,6 +201,23 @@ def test_inline_kernels_convert_in_the_main_loop_and_read_the_callers_operands()
         assert "tma_load" in src  # the fp32 tiles of A and B, as stored
 
 
+def test_the_tf32_convert_example_pairs_every_inline_spec_with_its_staged_twin():
+    from pathlib import Path
+
+    import yaml
+
+    specs = yaml.safe_load((Path(__file__).parents[1] / "examples/tf32_convert/specs/twins.yaml").read_text())
+    by_name = {s["name"]: s for s in specs}
+    inline = [s for s in specs if s.get("tf32_convert") == "inline"]
+    assert inline and len(inline) * 2 == len(specs)
+    for s in inline:
+        twin = by_name[s["name"].removesuffix("_inline") + "_staged"]
+        assert {k: v for k, v in s.items() if k not in ("name", "tf32_convert")} == {
+            k: v for k, v in twin.items() if k != "name"}
+    insts = build_instances(parse_specs(yaml.safe_dump(specs), "examples/tf32_convert/specs/twins.yaml"))
+    assert sorted(i.tf32_inline for i in insts) == [False] * len(inline) + [True] * len(inline)
+
+
 # ---- the tolerance models on the CPU -----------------------------------------------------------------
 
 def test_to_tf32_rounds_to_nearest_ties_away_from_zero():
