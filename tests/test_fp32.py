@@ -351,3 +351,19 @@ def test_bench_dtypes_cell_names_the_baselines_precision():
 
     (row,) = bench_rows(R())
     assert row["dtypes"] == "fp32/fp32/fp32 tf32 (torch eager: allow_tf32=True, compile: allow_tf32=True)"
+
+
+def test_unrolled_kernels_are_verified_at_whole_rounds_of_k():
+    """The unrolled K loop has no remainder round (rule unroll_divides holds every shape a kernel serves to whole
+    rounds): the edge shapes keep m and n ragged and round k up -- at k = 1 or 65 a 64 x 64 x 32 kernel unrolled
+    twice runs no round or drops its third tile, which the H100 run of the traits project showed (every element
+    wrong at 1x1x1 and 65x63x65)."""
+    from codegen.families import derived_shapes
+
+    text = edit(edit(INLINE, "  targets:", "  tail: predicated\n  unroll: 2\n  pipeline: {stages: 1}\n  targets:"),
+                "block_k: 16", "block_k: 32")
+    inst = _inline(text)
+    shapes = derived_shapes(inst)
+    assert shapes == [(1, 1, 64), (129, 127, 128), (255, 257, 192)]
+    assert all(k % (inst.block_k * inst.unroll) == 0 for _, _, k in shapes)
+    assert len({(m % inst.block_m, n % inst.block_n) for m, n, _ in shapes}) > 1  # still ragged in m and n

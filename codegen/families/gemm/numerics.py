@@ -158,6 +158,17 @@ def dynamic_m_values(inst, n: int, k: int) -> list[int]:
 
 
 def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
+    """The edge shapes (_edge_shapes); tiled with unroll > 1: each k rounded up to whole rounds of unroll K tiles -- the
+    unrolled loop has no remainder round, and rule unroll_divides holds every shape a kernel serves to that (m
+    and n stay ragged)."""
+    shapes = _edge_shapes(inst)
+    if inst.unroll > 1 and inst.split_k == 1 and inst.structure == Structure.TILED.value:
+        step = inst.block_k * inst.unroll
+        shapes = list(dict.fromkeys((m, n, -(-k // step) * step) for m, n, k in shapes))
+    return shapes
+
+
+def _edge_shapes(inst) -> list[tuple[int, int, int]]:
     """GEMM: the smallest legal size, and sizes one above and one below a block multiple where the
     tail policy allows ragged sizes. A dynamic-M kernel serves its shapes' (n, k) at every M: those (n, k)
     at the M values of `dynamic_m_values` -- one compile for all of them. Split-K: every split gets whole K
