@@ -337,7 +337,7 @@ def tuned_summary(entries) -> list[str]:
             continue
         for sh in m.get("shapes", []):
             base = sh.get("speedup_vs_baselines", {})
-            rows.append([f"[{data['spec']}](#{_anchor(rel)})", data["target"], _shape(sh["shape"]),
+            rows.append([f"[{data['spec']}](#{_anchor(rel)})", data["target"], m.get("device", ""), _shape(sh["shape"]),
                          (sh.get("winner") or {}).get("uri", ""), _x(sh.get("speedup_vs_hand")),
                          "; ".join(f"{k} {_x(v)}" for k, v in sorted(base.items())), prov["commit"]])
     if not rows:
@@ -346,7 +346,7 @@ def tuned_summary(entries) -> list[str]:
             ("What `tilegen tune` measured, per tuned shape: the winner (now in the lockfile, `tuned/`) against the "
              "spec's hand configuration and against torch, all timed in one run (L2 flushed, medians). Speed-up = "
              "the other's time / the winner's."), "",
-            *_table(["spec", "target", "shape", "winner", "vs hand", "vs torch (same run)", "commit"], rows), ""]
+            *_table(["spec", "target", "device", "shape", "winner", "vs hand", "vs torch (same run)", "commit"], rows), ""]
 
 
 SECTIONS = {"verify": section_verify, "bench": section_bench, "static": section_static, "sass": section_sass,
@@ -378,8 +378,9 @@ def render(root: Path) -> str:
         "Two kinds of figures, never mixed:",
         "",
         "- **measured**: run on the named device. Every kernel timing here is of an sm_90 kernel on an NVIDIA",
-        "  H200. AMD (gfx942, gfx950) programs appear only in verify reports, run on the H200 as a",
-        "  logic check; no AMD kernel has been timed, and no AMD timing is claimed.",
+        "  H200 or H100, each report (and each tuned row) naming its device; ratios compare times of one run",
+        "  on one device. AMD (gfx942, gfx950) programs appear only in verify reports, run on the NVIDIA GPU",
+        "  as a logic check; no AMD kernel has been timed, and no AMD timing is claimed.",
         "- **static**: compiled code read without running it: gfx942 / gfx950 ISA from clang, sm_90",
         "  PTX / cubin from nvcc, SASS from cuobjdump. Registers, LDS, occupancy, instruction counts.",
         "",
