@@ -118,13 +118,14 @@ def test_tune_check_names_the_entries_whose_code_changed(monkeypatch, tmp_path):
     stale = [line for line in lines if ": stale: " in line]
     # an entry is stale where its winner, or else its runner-up, renders gemm.py.j2
     want = []
-    for e in read_lockfile(REPO_ROOT / "tuned" / "sm_90" / "NVIDIA_H200.json").entries:
-        for role, cand in (("winner", e.winner), ("runner-up", e.runner_up)):
-            if cand and _template(e.spec, cand) == "gemm.py.j2":
-                want.append((e.spec, "x".join(map(str, e.shape)), cand.uri, role))
-                break
+    for path in sorted((REPO_ROOT / "tuned" / "sm_90").glob("*.json")):  # every device's lockfile
+        for e in read_lockfile(path).entries:
+            for role, cand in (("winner", e.winner), ("runner-up", e.runner_up)):
+                if cand and _template(e.spec, cand) == "gemm.py.j2":
+                    want.append((path.name, e.spec, "x".join(map(str, e.shape)), cand.uri, role))
+                    break
     assert want, "the edit must reach some tuned kernel"
-    got = [re.fullmatch(r"tuned/sm_90/NVIDIA_H200\.json: (\S+) (\S+): stale: (\S+): code changed \(the (\S+)'s code "
+    got = [re.fullmatch(r"tuned/sm_90/(\S+\.json): (\S+) (\S+): stale: (\S+): code changed \(the (\S+)'s code "
                         r"sha256 [0-9a-f]{12} -> [0-9a-f]{12}\)", line).groups() for line in stale]
     assert sorted(got) == sorted(want)
 
