@@ -158,9 +158,9 @@ def dynamic_m_values(inst, n: int, k: int) -> list[int]:
 
 
 def gemm_derived_shapes(inst) -> list[tuple[int, int, int]]:
-    """The edge shapes (_edge_shapes); tiled with unroll > 1: each k rounded up to whole rounds of unroll K tiles -- the
-    unrolled loop has no remainder round, and rule unroll_divides holds every shape a kernel serves to that (m
-    and n stay ragged)."""
+    """The edge shapes (_edge_shapes); tiled with unroll > 1: each k rounded up to whole rounds of unroll K
+    tiles -- the unrolled loop has no remainder round, and rule unroll_divides holds every shape a kernel serves
+    to that (m and n stay ragged)."""
     shapes = _edge_shapes(inst)
     if inst.unroll > 1 and inst.split_k == 1 and inst.structure == Structure.TILED.value:
         step = inst.block_k * inst.unroll

@@ -61,10 +61,10 @@ def lds_bytes(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> int:
     times the pipeline's buffers -- for tf32
     and 3xtf32 (their main kernel) the staged TF32 tile sets: one (tf32) or two (3xtf32: high parts
     and residuals) per buffer; its staging kernels hold one A or B tile, less. tf32_convert inline: the fp32
-    tiles per buffer, plus one TF32 tile set (tf32) or two (3xtf32) that each K step's conversion writes. With epilogue shared (where it
-    applies: shared_epilogue) the C tile in the output dtype too, in the same bytes: TileLang 0.1.15 merges
-    shared buffers whose lifetimes do not overlap, and the C tile lives after the K loop, so it takes the
-    pipeline's buffers (the lowered source places it at offset 0 with them) -- the larger of the two counts.
+    tiles per buffer, plus one TF32 tile set (tf32) or two (3xtf32) that each K step's conversion writes.
+    With epilogue shared (where it applies: shared_epilogue) the C tile in the output dtype too, in the same
+    bytes: TileLang 0.1.15 merges shared buffers whose lifetimes do not overlap, and the C tile lives after the
+    K loop, so it takes the pipeline's buffers (the lowered source places it at offset 0 with them) -- the larger of the two counts.
     gemv: its lanes load straight into registers; only the cross-lane sum takes one fp32 a thread, on targets
     whose reductions go through LDS."""
     if tuning.structure.is_gemv:
@@ -149,7 +149,8 @@ TRAITS: dict[str, Trait] = {
     "fp32": Trait(name="fp32 inputs (precision ieee)", field="dtypes.a",
                   on=lambda c: _fp32(c) and c.spec.precision == Precision.IEEE),
     "tf32": Trait(name="precision tf32 / 3xtf32 (staged)", field="precision",  # tf32_convert staged
-                  on=lambda c: _fp32(c) and c.spec.precision != Precision.IEEE and not tf32_converted_inline(c.spec, c.tuning)),
+                  on=lambda c: (_fp32(c) and c.spec.precision != Precision.IEEE
+                                and not tf32_converted_inline(c.spec, c.tuning))),
     "tf32_inline": Trait(name="tf32_convert inline", field="tf32_convert",
                          on=lambda c: tf32_converted_inline(c.spec, c.tuning)),
     "tail_none": Trait(name="tail none", field="tail", on=lambda c: c.spec.tail == TailPolicy.NONE),
@@ -739,8 +740,8 @@ def fused_rules(c: GemmContext) -> Iterator[Violation]:
 
 GEMM_RULES: tuple[GemmRule, ...] = (
     unsupported_combination, dtype_supported, precision_dtype, precision_target, tf32_convert_applies, wave_multiple,
-    mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width, lds_layout_target,
-    lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules, staging_rules,
+    mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width,
+    lds_layout_target, lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules, staging_rules,
     fused_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
