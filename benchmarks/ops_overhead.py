@@ -14,8 +14,9 @@ allocates its output).
 
 With --gpu the project's kernels are compiled for the GPU present (into a temporary cache) and each row splits a
 call's host time into its layers, all timed in the same run: the op as a user calls it (`ops.linear`, ...), its
-launch alone (the plan's `run`: the case record, the output, the TileLang call; no checks, no route), the bare
-TileLang kernel call on prepared arguments (GEMM), and the torch op that does the same work (F.linear,
+launch alone (the plan's launch: the output, the kernel call; no checks, no route), the kernel call alone on
+prepared arguments (GEMM: through TileLang's Python wrapper, and the TVM-FFI executable the ops call where
+codegen.ops.api.direct_call takes it), and the torch op that does the same work (F.linear,
 F.rms_norm, SDPA). The kernels are a few microseconds long at these shapes, so a loop of calls is bound by the
 host: its wall time per call is the host's cost (the GPU is synchronised once, after the loop). The results go to
 `--out` as JSON and Markdown when given.
@@ -213,18 +214,20 @@ def gpu_main(args) -> int:
                 plan = ops._hot[(op, call_key(record))]  # the plan the call just made (benchmark-only peek)
 
                 def launch(plan=plan, record=record):
-                    return plan.run(plan.kernel, plan.prepared, record, plan.shape, plan.route.run_shape)
+                    return plan.launch(record)
 
                 row = {"call": name, "kernel": plan.route.kernel,
                        "op_us": per_call_us(user, args.calls, args.repeats, sync),
                        "launch_us": per_call_us(launch, args.calls, args.repeats, sync), "bare_us": None,
-                       "torch_us": None}
-                if op == "gemm":  # the TileLang call alone, on a prepared case and output
-                    prep, inst = plan.prepared, plan.prepared.inst
-                    case = prep.case(A=t["x"], B=t["w"], trans_a=inst.trans_a, trans_b=inst.trans_b, workspace=())
-                    out = torch.empty(prep.out_shape, dtype=torch.bfloat16, device=t["x"].device)
-                    row["bare_us"] = per_call_us(lambda prep=prep, plan=plan, case=case, out=out:
-                                                 prep.launch(plan.kernel, case, out), args.calls, args.repeats, sync)
+                       "exec_us": None, "torch_us": None}
+                if op == "gemm":  # the kernel call alone on prepared arguments: TileLang's, and what the ops call
+                    backend, route = ops.backend, plan.route
+                    jit, _ = backend.cache.get(route.rendered, route.rendered.instance.compile_shape(route.run_shape),
+                                               backend.environment, backend.target)
+                    out = torch.empty(plan.prepared.out_shape, dtype=torch.bfloat16, device=t["x"].device)
+                    for col, kernel in (("bare_us", jit), ("exec_us", plan.kernel)):
+                        row[col] = per_call_us(lambda kernel=kernel, out=out: kernel(t["x"], t["w"], out),
+                                               args.calls, args.repeats, sync)
                 if name in baselines:
                     row["torch_us"] = per_call_us(baselines[name], args.calls, args.repeats, sync)
                 rows.append(row)
@@ -234,10 +237,11 @@ def gpu_main(args) -> int:
 
     head = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls x {args.repeats} repeats, "
             "no grad, wall time per call of a back-to-back loop (host-bound at these shapes)")
-    md = [head, "", "| call | kernel | tilegen op us | its launch alone us | bare TileLang call us | torch us |",
-          "|---|---|---|---|---|---|"]
+    columns = ("| call | kernel | tilegen op us | its launch alone us | TileLang kernel call us | "
+               "the executable the ops call us | torch us |")
+    md = [head, "", columns, "|---|---|---|---|---|---|---|"]
     md += [f"| {r['call']} | {r['kernel']} | {us(r['op_us'])} | {us(r['launch_us'])} | {us(r['bare_us'])} | "
-           f"{us(r['torch_us'])} |" for r in rows]
+           f"{us(r['exec_us'])} | {us(r['torch_us'])} |" for r in rows]
     print("\n".join(md))
     if args.out:
         out = Path(args.out)

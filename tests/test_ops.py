@@ -657,3 +657,78 @@ def test_precompile_skips_complete_entries(project, tmp_path):
     cache.get(r, (8, 256), ENV, Target.SM_90, fake)
     report = precompile(cache, [(r, (8, 256)), (r, (8, 256))], ENV, Target.SM_90, workers=2)
     assert (report.kernels, report.cached, report.errors) == (1, 1, {})  # nothing left to compile: no worker started
+
+
+class RecordingKernels(TorchKernels):
+    """TorchKernels whose kernels also record the arguments of every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def get(self, rendered, compile_shape):
+        kernel, event = super().get(rendered, compile_shape)
+
+        def recorded(*args):
+            self.calls.append(args)
+            return kernel(*args)
+
+        return recorded, event
+
+
+def test_a_plain_gemm_at_its_own_m_calls_the_kernel_with_the_callers_a_and_b(project):
+    """The plan's direct launch (no case record): kernel(A, B, C) on the caller's own tensors, computing the
+    product; a bucket call (A padded to the tuned M) still takes the launch through the case record."""
+    backend = RecordingKernels()
+    ops = _load(project, backend=backend)
+    w = bf16(256, 128, scale=0.1)
+    xs = [bf16(m, 128) for m in (16, 8)]
+    for x in xs:
+        torch.testing.assert_close(ops.linear(x, w), (x.double() @ w.double().t()).to(torch.bfloat16))
+    (a16, b16, c16), (a8, b8, c8) = backend.calls
+    assert a16 is xs[0] and b16 is w and c16.shape == (16, 256)
+    assert a8.shape == (16, 128) and b8 is w and c8.shape == (16, 256)  # the bucket's padded A, then out[:8]
+    plans = {p.route.shape: p for p in ops._plans.values()}
+    assert plans[(16, 256, 128)].launch.__qualname__.startswith("GemmAdapter.launcher")
+    assert plans[(8, 256, 128)].launch.__qualname__.startswith("Adapter.launcher")
+
+
+def test_the_direct_gemm_launch_is_taken_only_where_the_familys_launch_is_kernel_a_b_c(ops):
+    """Negative control of the probe: a family launch that passes the kernel anything but (A, B, C) -- here B and A
+    swapped -- keeps the launch through the case record, so the kernel gets what verify's launch would give it."""
+    from codegen.ops.adapters import _launches_a_b_c
+
+    x, w = bf16(16, 128), bf16(256, 128)
+    ops.linear(x, w)
+    [plan] = [p for p in ops._plans.values() if p.route.shape == (16, 256, 128)]
+    assert _launches_a_b_c(plan.prepared)
+    swapped = dataclasses.replace(plan.prepared, launch=lambda kernel, case, out: kernel(case.B, case.A, out))
+    assert not _launches_a_b_c(swapped)
+    seen = []
+    launch = ADAPTERS["gemm"].launcher(lambda *xs: seen.append(xs), swapped, (16, 256, 128), (16, 256, 128))
+    launch(GemmArgs(x, w, "nt", torch.bfloat16, ""))
+    [(first, second, out)] = seen
+    assert first is w and second is x and out.shape == (16, 256)
+
+
+def test_a_tilelang_kernel_is_called_through_its_executable_only_where_its_wrapper_adds_nothing():
+    from codegen.ops.api import direct_call
+
+    class TVMFFIKernelAdapter:  # stands for TileLang's tvm_ffi adapter
+        def __init__(self, result_idx, callee=False):
+            self.result_idx, self._ffi_callee_allocated_output_abi = result_idx, callee
+
+        def _get_executable(self):
+            return "executable"
+
+    class OtherAdapter(TVMFFIKernelAdapter):
+        pass
+
+    class Kernel:
+        def __init__(self, adapter):
+            self.adapter = adapter
+
+    assert direct_call(Kernel(TVMFFIKernelAdapter([]))) == "executable"
+    for adapter in (TVMFFIKernelAdapter([2]), TVMFFIKernelAdapter([], callee=True), OtherAdapter([]), None):
+        kernel = Kernel(adapter)
+        assert direct_call(kernel) is kernel  # it allocates an output, or is another backend's: TileLang's call

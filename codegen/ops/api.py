@@ -66,10 +66,25 @@ class TileLangBackend:
         self.environment = local_environment(target, gpu)
 
     def get(self, rendered: RenderedFile, compile_shape: tuple) -> tuple[object, CacheEvent]:
-        return self.cache.get(rendered, compile_shape, self.environment, self.target)
+        kernel, event = self.cache.get(rendered, compile_shape, self.environment, self.target)
+        return direct_call(kernel), event
 
     def precompile(self, jobs, workers: int) -> PrecompileReport:
         return precompile(self.cache, jobs, self.environment, self.target, workers=workers)
+
+
+def direct_call(kernel):
+    """What the ops call for a compiled TileLang kernel: its TVM-FFI executable where TileLang's Python wrapper
+    around it does nothing the ops need -- a kernel of TileLang's tvm_ffi backend that allocates no output (the
+    ops pass every output), for which the wrapper only lists the arguments again before calling the executable
+    (which checks their count, shapes, dtypes and devices itself). Any other kernel is called as TileLang gave it."""
+    adapter = getattr(kernel, "adapter", None)
+    if type(adapter).__name__ != "TVMFFIKernelAdapter" or getattr(adapter, "result_idx", None):
+        return kernel
+    if getattr(adapter, "_ffi_callee_allocated_output_abi", False):
+        return kernel
+    get = getattr(adapter, "_get_executable", None)
+    return kernel if get is None else get()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +112,7 @@ class _Plan:
     fallback: object  # the adapter's fallback (ctx, args) -> outputs
     kernel: object = None
     prepared: object = None  # codegen.ops.adapters.Prepared
+    launch: object = None  # args -> outputs: the adapter's launcher of the kernel (None: the fallback)
     calls: int = 0
     warned: bool = False
 
@@ -336,8 +352,8 @@ class Ops:
         if plan is None:
             plan = self._first_call(op, args, key)
         plan.calls += 1
-        if plan.kernel is not None:
-            return plan.run(plan.kernel, plan.prepared, args, plan.shape, plan.route.run_shape)
+        if plan.launch is not None:
+            return plan.launch(args)
         if not plan.warned or self.strict:
             self._fell_back(op, plan)
         return plan.fallback(self._ctx, args)
@@ -363,6 +379,7 @@ class Ops:
                 plan.route = self._routes[(want, shape)]
             else:
                 plan.prepared = adapter.prepare(route.rendered.instance, shape, route.run_shape)
+                plan.launch = adapter.launcher(plan.kernel, plan.prepared, shape, route.run_shape)
         self._plans[(op, want, shape)] = plan
         return plan
 
