@@ -732,3 +732,20 @@ def test_a_tilelang_kernel_is_called_through_its_executable_only_where_its_wrapp
     for adapter in (TVMFFIKernelAdapter([2]), TVMFFIKernelAdapter([], callee=True), OtherAdapter([]), None):
         kernel = Kernel(adapter)
         assert direct_call(kernel) is kernel  # it allocates an output, or is another backend's: TileLang's call
+
+
+def test_a_modules_parameters_under_no_grad_take_the_direct_call_and_with_grad_the_custom_op(ops, monkeypatch):
+    """nn.Parameter weights (every nn.Linear's and norm's) are plain tensors to the ops: under no_grad the call
+    runs without torch's dispatcher (which costs tens of microseconds a call in Python); where autograd must record
+    it (grad enabled, a weight that requires grad) the call is the custom op."""
+    assert torch.nn.Parameter.__torch_function__ is torch._C._disabled_torch_function_impl  # adds no behaviour
+    through = []
+    real = library.lookup
+    monkeypatch.setattr(library, "lookup", lambda handle: through.append(handle) or real(handle))
+    x, w, nw = bf16(16, 128), torch.nn.Parameter(bf16(256, 128)), torch.nn.Parameter(bf16(128))
+    with torch.no_grad():
+        torch.testing.assert_close(ops.linear(x, w), (x.double() @ w.double().t()).to(torch.bfloat16))
+        ops.rmsnorm(x, nw, 1e-5)
+    assert through == []
+    y = ops.linear(x, w)
+    assert through == [ops.handle] and y.requires_grad

@@ -436,22 +436,24 @@ _IS_COMPILING = torch.compiler.is_compiling
 _DISPATCH_MODES = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _FUNCTION_MODES = getattr(torch._C, "_is_torch_function_mode_enabled", None)
 _GRAD_ENABLED = torch.is_grad_enabled
-_TENSOR = torch.Tensor
+# plain tensors: torch.Tensor, and nn.Parameter -- a module's weights -- which adds no torch-function or dispatch
+# behaviour of its own (its __torch_function__ is torch's disabled one)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 def _direct(*tensors) -> bool:
     """Whether a call may run its implementation without going through torch's dispatcher (whose Python custom-op
     machinery costs more than the dispatch itself): plain eager mode -- not tracing (torch.compile, export), no
-    torch-function or dispatch mode active, plain tensors (no fake or other subclass; None for an absent optional
-    tensor), nothing that autograd would have to record. Otherwise the call is the custom op, and torch does what it
-    does with one."""
+    torch-function or dispatch mode active, plain tensors (a module's Parameters included; no fake or other
+    subclass; None for an absent optional tensor), nothing that autograd would have to record. Otherwise the call
+    is the custom op, and torch does what it does with one."""
     if _IS_COMPILING() or _DISPATCH_MODES is None or _FUNCTION_MODES is None or _DISPATCH_MODES() or _FUNCTION_MODES():
         return False
     grad = _GRAD_ENABLED()
     for t in tensors:
         if t is None:
             continue
-        if type(t) is not _TENSOR or (grad and t.requires_grad):
+        if type(t) not in _PLAIN or (grad and t.requires_grad):
             return False
     return True
 
