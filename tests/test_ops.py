@@ -696,14 +696,19 @@ def test_a_plain_gemm_at_its_own_m_calls_the_kernel_with_the_callers_a_and_b(pro
 def test_the_direct_gemm_launch_is_taken_only_where_the_familys_launch_is_kernel_a_b_c(ops):
     """Negative control of the probe: a family launch that passes the kernel anything but (A, B, C) -- here B and A
     swapped -- keeps the launch through the case record, so the kernel gets what verify's launch would give it."""
-    from codegen.ops.adapters import _launches_a_b_c
+    from codegen.ops.adapters import launch_order
 
     x, w = bf16(16, 128), bf16(256, 128)
     ops.linear(x, w)
     [plan] = [p for p in ops._plans.values() if p.route.shape == (16, 256, 128)]
-    assert _launches_a_b_c(plan.prepared)
+    fixed = {"trans_a": False, "trans_b": True}
+    assert launch_order(plan.prepared, ("A", "B"), 1, **fixed) == (0, 1, 2)
     swapped = dataclasses.replace(plan.prepared, launch=lambda kernel, case, out: kernel(case.B, case.A, out))
-    assert not _launches_a_b_c(swapped)
+    assert launch_order(swapped, ("A", "B"), 1, **fixed) == (1, 0, 2)
+    derived = dataclasses.replace(plan.prepared, launch=lambda kernel, case, out: kernel(case.A, case.B.t(), out))
+    assert launch_order(derived, ("A", "B"), 1, **fixed) is None  # reads the stand-in: no direct launch
+    extra = dataclasses.replace(plan.prepared, launch=lambda kernel, case, out: kernel(case.A, case.B, 7, out))
+    assert launch_order(extra, ("A", "B"), 1, **fixed) is None  # passes a value of its own
     seen = []
     launch = ADAPTERS["gemm"].launcher(lambda *xs: seen.append(xs), swapped, (16, 256, 128), (16, 256, 128))
     launch(GemmArgs(x, w, "nt", torch.bfloat16, ""))
@@ -749,3 +754,30 @@ def test_a_modules_parameters_under_no_grad_take_the_direct_call_and_with_grad_t
     assert through == []
     y = ops.linear(x, w)
     assert through == [ops.handle] and y.requires_grad
+
+
+def test_rows_and_rope_take_their_direct_launch_and_agree_with_the_case_record_launch(project):
+    """rmsnorm on a matrix and rope are called on the caller's tensors directly (the launch order probed once);
+    rmsnorm on 3-d rows and the split layernorm (a workspace) keep the launch through the case record. Each agrees
+    with the torch fallback."""
+    backend = RecordingKernels()
+    ops = _load(project, backend=backend)
+    x, w = bf16(8, 256), bf16(256)
+    want = ADAPTERS["rmsnorm"].fallback(ops._ctx, _row(x, w, None, 1e-5))
+    torch.testing.assert_close(ops.rmsnorm(x, w, 1e-5), want)
+    [(x_in, w_in, _)] = backend.calls
+    assert x_in is x and w_in is w
+    torch.testing.assert_close(ops.rmsnorm(x.view(2, 4, 256), w, 1e-5), want.view(2, 4, 256))  # 3-d: run()
+    g = torch.Generator().manual_seed(3)
+    q, k = bf16(4, 4, 64), bf16(4, 2, 64)
+    angle = torch.rand(4, 32, generator=g)
+    qo, ko = ops.rope(q, k, angle.cos(), angle.sin())
+    from codegen.ops.adapters import RopeArgs
+
+    qw, kw = ADAPTERS["rope"].fallback(ops._ctx, RopeArgs(q, k, angle.cos(), angle.sin()))
+    torch.testing.assert_close(qo, qw)
+    torch.testing.assert_close(ko, kw)
+    xl, wl, bl = torch.randn(8, 1024).half(), torch.randn(1024).half(), torch.randn(1024).half()
+    ops.layernorm(xl, wl, bl, 1e-5)
+    launchers = {p.op: p.launch.__qualname__.split(".")[0] for p in ops._plans.values()}
+    assert launchers == {"rmsnorm": "NormAdapter", "rope": "RopeAdapter", "layernorm": "Adapter"}  # split: run()

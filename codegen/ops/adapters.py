@@ -158,6 +158,25 @@ class Prepared:
         return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
 
 
+def launch_order(prep: Prepared, inputs: tuple[str, ...], outputs: int, **fixed) -> tuple[int, ...] | None:
+    """How the family's launch passes a case's `inputs` (case fields, in this order) and `outputs` outputs to the
+    kernel: the position in (*inputs, *outputs) of each argument the kernel gets. Found by calling the launch once
+    with a kernel that records its arguments, stand-in objects for the tensors and the `fixed` case fields as
+    given; None where the launch gives the kernel anything else (a value it derives, a field not among `inputs`)
+    or cannot run on stand-ins. A plan's direct launch (`Adapter.launcher`) is taken only where this is known, so
+    it makes the very call the family's launch -- verify's and bench's -- would make."""
+    stand_ins = {name: object() for name in inputs}
+    pool = [*stand_ins.values(), *(object() for _ in range(outputs))]
+    where = {id(x): i for i, x in enumerate(pool)}
+    seen: list = []
+    try:
+        prep.launch(lambda *args: seen.extend(args), prep.case(**fixed, **stand_ins), *pool[len(inputs):])
+    except Exception:  # noqa: BLE001 - a launch that reads its tensors (shapes, dtypes): no direct launch
+        return None
+    order = tuple(where.get(id(x), -1) for x in seen)
+    return None if -1 in order else order
+
+
 class Adapter:
     """One family op as a callable: subclasses say its checks, Want, shape, launch and fallback."""
 
@@ -281,9 +300,11 @@ class GemmAdapter(Adapter):
 
     def launcher(self, kernel, prep: Prepared, shape, run_shape):
         """Where the call runs at its own M (no bucket padding), takes no workspace and the family's launch passes
-        the kernel just (A, B, C) -- probed once, with stand-ins, by `_launches_a_b_c` -- the kernel is called
-        on the inputs and a new output directly, without the case record `run` builds for the launch."""
-        if shape[0] != run_shape[0] or prep.workspaces or not _launches_a_b_c(prep):
+        the kernel just (A, B, C) (`launch_order`), the kernel is called on the inputs and a new output directly,
+        without the case record `run` builds for the launch."""
+        inst = prep.inst
+        if (shape[0] != run_shape[0] or prep.workspaces
+                or launch_order(prep, ("A", "B"), 1, trans_a=inst.trans_a, trans_b=inst.trans_b) != (0, 1, 2)):
             return super().launcher(kernel, prep, shape, run_shape)
         out_shape, empty = prep.out_shape, torch.empty
 
@@ -311,17 +332,6 @@ class GemmAdapter(Adapter):
     def fake(self, ctx: Ctx, args: GemmArgs):
         m, n, _, _ = gemm_mnk(args.layout, args.a, args.b)
         return args.a.new_empty((m, n), dtype=args.out_dtype)
-
-
-def _launches_a_b_c(prep: Prepared) -> bool:
-    """Whether the family's launch of this plain GEMM, given a case of inputs A and B (and no workspace), calls
-    the kernel with exactly (A, B, C): the launch is called once with a kernel that records its arguments and
-    stand-in objects for the tensors, so the direct call is taken only where it is the same call."""
-    a, b, out, seen = object(), object(), object(), []
-    inst = prep.inst
-    prep.launch(lambda *xs: seen.extend(xs), prep.case(A=a, B=b, trans_a=inst.trans_a, trans_b=inst.trans_b,
-                                                      workspace=()), out)
-    return len(seen) == 3 and all(x is y for x, y in zip(seen, (a, b, out), strict=True))
 
 
 # ---- GEMM with fused epilogue ops, and the gated MLP (GemmInstance.fused) -----------------------------------------
@@ -722,6 +732,29 @@ class NormAdapter(Adapter):
             outs = tuple(o.view(*x.shape[:-1], o.shape[-1]) for o in outs)
         return self._order(outs)
 
+    def launcher(self, kernel, prep: Prepared, shape, run_shape):
+        """A kernel without a workspace (no row split) whose family launch passes it the call's tensors and the
+        outputs (`launch_order`): called on them directly for rows given as a matrix (other calls: `run`)."""
+        names = ("X", "W") + (("B",) if self.bias else ()) + (("R",) if self.residual else ())
+        absent = {} if self.bias else {"B": None}
+        order = None if prep.workspaces else launch_order(prep, names, len(prep.outputs), **absent)
+        slow = super().launcher(kernel, prep, shape, run_shape)
+        if order is None:
+            return slow
+        bias, residual, outputs, finish, empty = self.bias, self.residual, prep.outputs, self._order, torch.empty
+
+        def launch(args: RowArgs):
+            x = args.x
+            if x.dim() != 2:
+                return slow(args)
+            device = x.device
+            outs = [empty(s, dtype=d, device=device) for s, d in outputs]
+            given = (x, args.weight, *((args.bias,) if bias else ()), *((args.residual,) if residual else ()), *outs)
+            kernel(*[given[i] for i in order])
+            return finish(outs)
+
+        return launch
+
     def _order(self, outs: tuple):
         """The launch's outputs (S, Y, SC) as the op returns them: Y; (Y, S); (Y, SC); (Y, SC, S)."""
         if not (self.residual or self.quant):
@@ -812,6 +845,23 @@ class RopeAdapter(Adapter):
         q_out, k_out = torch.empty_like(args.q), torch.empty_like(args.k)  # contiguous: the inputs are
         prep.launch(kernel, case, q_out, k_out)
         return q_out, k_out
+
+    def launcher(self, kernel, prep: Prepared, shape, run_shape):
+        """Where the family's launch passes the kernel the call's tensors and the two outputs (`launch_order`):
+        called on them directly."""
+        order = launch_order(prep, ("Q", "K", "COS", "SIN"), 2, Q32=None, K32=None, positions=None)
+        if order is None:
+            return super().launcher(kernel, prep, shape, run_shape)
+        empty_like = torch.empty_like
+
+        def launch(args: RopeArgs):
+            q, k = args.q, args.k
+            q_out, k_out = empty_like(q), empty_like(k)  # contiguous: the inputs are
+            given = (q, k, args.cos, args.sin, q_out, k_out)
+            kernel(*[given[i] for i in order])
+            return q_out, k_out
+
+        return launch
 
     def fallback(self, ctx: Ctx, args: RopeArgs):
         from codegen.families.rope.numerics import rope32
