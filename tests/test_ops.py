@@ -781,3 +781,47 @@ def test_rows_and_rope_take_their_direct_launch_and_agree_with_the_case_record_l
     ops.layernorm(xl, wl, bl, 1e-5)
     launchers = {p.op: p.launch.__qualname__.split(".")[0] for p in ops._plans.values()}
     assert launchers == {"rmsnorm": "NormAdapter", "rope": "RopeAdapter", "layernorm": "Adapter"}  # split: run()
+
+
+class _OpsSeen(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the name of every op that reaches the Python dispatch key."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_dispatched_call_autograd_need_not_record_takes_the_nograd_twin_and_one_it_must_the_custom_op(ops):
+    """Through the dispatcher (here: a dispatch mode is active), a call without inputs that require grad goes
+    through tilegen::<op>_nograd, one that autograd must record through the custom op: its output requires grad
+    and its backward refuses. Called directly with such inputs, the twin hands the call to the custom op."""
+    x, w = bf16(8, 256), bf16(256)
+    want = ADAPTERS["rmsnorm"].fallback(ops._ctx, _row(x, w, None, 1e-5))
+    with _OpsSeen() as mode:
+        torch.testing.assert_close(ops.rmsnorm(x, w, 1e-5), want)
+    assert "tilegen.rmsnorm_nograd.default" in mode.seen and "tilegen.rmsnorm.default" not in mode.seen
+    w.requires_grad_(True)
+    with _OpsSeen() as mode:
+        y = ops.rmsnorm(x, w, 1e-5)
+    assert "tilegen.rmsnorm.default" in mode.seen and "tilegen.rmsnorm_nograd.default" not in mode.seen
+    assert y.requires_grad
+    for z in (y, torch.ops.tilegen.rmsnorm_nograd(x, w, 1e-5, ops.handle)):
+        torch.testing.assert_close(z.detach(), want)
+        with pytest.raises(RuntimeError, match="no autograd formula"):
+            z.float().sum().backward()
+
+
+def test_the_nograd_twins_pass_torchs_op_checks(ops):
+    from codegen.ops.library import NOGRAD, OPS
+
+    assert all(hasattr(torch.ops.tilegen, name + NOGRAD) for name in OPS)
+    x, w = bf16(8, 256), bf16(256)
+    torch.library.opcheck(torch.ops.tilegen.rmsnorm_nograd.default, (x, w, 1e-5, ops.handle),
+                          test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.tilegen.gemm_nograd.default, (bf16(8, 128), bf16(256, 128), "nt", torch.bfloat16,
+                                                                  "", ops.handle),
+                          test_utils=("test_schema", "test_faketensor"))

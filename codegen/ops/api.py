@@ -200,11 +200,11 @@ class Ops:
             if _direct(a, b, bias, residual):
                 return self.run_op("gemm_epilogue", GemmEpilogueArgs(a, b, layout, out_dtype, precision, bias, residual,
                                                                      scale, activation, float(beta)))
-            return torch.ops.tilegen.gemm_epilogue(a, b, bias, residual, layout, out_dtype, precision, scale, activation,
-                                                   float(beta), self.handle)
+            return _custom_op("gemm_epilogue", a, b, bias, residual, layout, out_dtype, precision, scale, activation,
+                              float(beta), self.handle)
         if _direct(a, b):
             return self.run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
-        return torch.ops.tilegen.gemm(a, b, layout, out_dtype, precision, self.handle)
+        return _custom_op("gemm", a, b, layout, out_dtype, precision, self.handle)
 
     def gated_mlp(self, x, w_gate, w_up, *, activation: str = "silu"):
         """The gated MLP in one kernel: act(x @ w_gate^T) * (x @ w_up^T), x [..., in], w_gate and w_up [out, in]
@@ -215,7 +215,7 @@ class Ops:
         if _direct(flat, w_gate, w_up):
             y = self.run_op("gated_mlp", GatedArgs(flat, w_gate, w_up, activation))
         else:
-            y = torch.ops.tilegen.gated_mlp(flat, w_gate, w_up, activation, self.handle)
+            y = _custom_op("gated_mlp", flat, w_gate, w_up, activation, self.handle)
         return y if x.dim() == 2 else y.view(*x.shape[:-1], w_gate.shape[0])
 
     def softmax(self, x, *, scale: float | None = None, mask=None):
@@ -226,52 +226,52 @@ class Ops:
             scale = float(scale)
         if _direct(x, mask):
             return self.run_op("softmax", SoftmaxArgs(x, mask, scale))
-        return torch.ops.tilegen.softmax(x, mask, scale, self.handle)
+        return _custom_op("softmax", x, mask, scale, self.handle)
 
     def rmsnorm(self, x, weight, eps: float):
         """x * rsqrt(mean(x^2) + eps) * weight over the last dimension (fp32 arithmetic, one rounding)."""
         if _direct(x, weight):
             return self.run_op("rmsnorm", RowArgs(x, weight, None, float(eps)))
-        return torch.ops.tilegen.rmsnorm(x, weight, float(eps), self.handle)
+        return _custom_op("rmsnorm", x, weight, float(eps), self.handle)
 
     def layernorm(self, x, weight, bias, eps: float):
         """(x - mean) * rsqrt(var + eps) * weight + bias over the last dimension (biased variance)."""
         if _direct(x, weight, bias):
             return self.run_op("layernorm", RowArgs(x, weight, bias, float(eps)))
-        return torch.ops.tilegen.layernorm(x, weight, bias, float(eps), self.handle)
+        return _custom_op("layernorm", x, weight, bias, float(eps), self.handle)
 
     def add_rmsnorm(self, x, residual, weight, eps: float):
         """The residual add and the RMSNorm of the sum in one pass: s = x + residual (stored in x's dtype),
         (rmsnorm(s, weight, eps), s) -- the normalised rows and the next block's residual."""
         if _direct(x, residual, weight):
             return self.run_op("add_rmsnorm", RowArgs(x, weight, None, float(eps), residual))
-        return torch.ops.tilegen.add_rmsnorm(x, residual, weight, float(eps), self.handle)
+        return _custom_op("add_rmsnorm", x, residual, weight, float(eps), self.handle)
 
     def add_layernorm(self, x, residual, weight, bias, eps: float):
         """s = x + residual (x's dtype); (layernorm(s, weight, bias, eps), s)."""
         if _direct(x, residual, weight, bias):
             return self.run_op("add_layernorm", RowArgs(x, weight, bias, float(eps), residual))
-        return torch.ops.tilegen.add_layernorm(x, residual, weight, bias, float(eps), self.handle)
+        return _custom_op("add_layernorm", x, residual, weight, bias, float(eps), self.handle)
 
     def rmsnorm_fp8(self, x, weight, eps: float):
         """rmsnorm in the target's fp8 e4m3 with a per-token scale: (q, scale), y ~ q * scale, scale [..., 1] fp32 =
         max(amax|y| / fp8_max, 2^-126) per row (the activations of a row-wise scaled fp8 GEMM)."""
         if _direct(x, weight):
             return self.run_op("rmsnorm_fp8", RowArgs(x, weight, None, float(eps)))
-        return torch.ops.tilegen.rmsnorm_fp8(x, weight, float(eps), self.handle)
+        return _custom_op("rmsnorm_fp8", x, weight, float(eps), self.handle)
 
     def add_rmsnorm_fp8(self, x, residual, weight, eps: float):
         """add_rmsnorm with rmsnorm_fp8's output: (q, scale, s)."""
         if _direct(x, residual, weight):
             return self.run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, float(eps), residual))
-        return torch.ops.tilegen.add_rmsnorm_fp8(x, residual, weight, float(eps), self.handle)
+        return _custom_op("add_rmsnorm_fp8", x, residual, weight, float(eps), self.handle)
 
     def rope(self, q, k, cos, sin):
         """Rotary embedding (rotate_half, NeoX/Llama) of q [tokens, heads, head_dim] and k [tokens, kv_heads,
         head_dim] with cos, sin [tokens, rotary_dim/2] in fp32; (q_out, k_out), out of place."""
         if _direct(q, k, cos, sin):
             return self.run_op("rope", RopeArgs(q, k, cos, sin))
-        return torch.ops.tilegen.rope(q, k, cos, sin, self.handle)
+        return _custom_op("rope", q, k, cos, sin, self.handle)
 
     def attention(self, q, k, v, *, causal=False, scale: float | None = None):
         """softmax(scale * q.k^T [masked]) . v -- q, output [batch, seq_q, heads, head_dim], k, v [batch, seq_kv,
@@ -280,14 +280,14 @@ class Ops:
         mask, scale = mask_name(causal), _scale(scale)
         if _direct(q, k, v):
             return self.run_op("attention", AttentionArgs(q, k, v, mask, scale))
-        return torch.ops.tilegen.attention(q, k, v, mask, scale, self.handle)
+        return _custom_op("attention", q, k, v, mask, scale, self.handle)
 
     def attention_decode(self, q, k, v, *, causal=False, scale: float | None = None):
         """attention served by the decode kernels (split KV: a few queries over a long KV cache)."""
         mask, scale = mask_name(causal), _scale(scale)
         if _direct(q, k, v):
             return self.run_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
-        return torch.ops.tilegen.attention_decode(q, k, v, mask, scale, self.handle)
+        return _custom_op("attention_decode", q, k, v, mask, scale, self.handle)
 
     # ---- observation -----------------------------------------------------------------------------------------
     def stats(self) -> list[StatRow]:
@@ -439,6 +439,7 @@ _GRAD_ENABLED = torch.is_grad_enabled
 # plain tensors: torch.Tensor, and nn.Parameter -- a module's weights -- which adds no torch-function or dispatch
 # behaviour of its own (its __torch_function__ is torch's disabled one)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_TENSOR = torch.Tensor
 
 
 def _direct(*tensors) -> bool:
@@ -456,6 +457,19 @@ def _direct(*tensors) -> bool:
         if type(t) not in _PLAIN or (grad and t.requires_grad):
             return False
     return True
+
+
+_OPS = torch.ops.tilegen
+
+
+def _custom_op(name: str, *args):
+    """A call through torch's dispatcher (the calls `_direct` leaves to it): the custom op `tilegen::<name>` where
+    autograd must record the call (grad enabled and an input that requires grad), else its twin
+    `tilegen::<name>_nograd` (codegen.ops.library), which reaches the same implementation through one Python
+    kernel instead of the custom op's layers -- what a torch.compile graph traced under no_grad calls."""
+    if _GRAD_ENABLED() and any(isinstance(a, _TENSOR) and a.requires_grad for a in args):
+        return getattr(_OPS, name)(*args)
+    return getattr(_OPS, name + library.NOGRAD)(*args)
 
 
 def _check_rows(op: str, name: str, x) -> None:

@@ -36,8 +36,24 @@ def lookup(handle: int):
                        "the object tilegen.load returned for as long as a model calls its ops)") from None
 
 
+_IMPLS: dict[str, object] = {}  # op name -> its implementation (the custom op's and its twin's)
+_FAKES: dict[str, object] = {}  # op name -> its fake (register_fake)
+
+
 def _op(name: str):
-    return torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=())
+    def define(fn):
+        _IMPLS[name] = fn
+        return torch.library.custom_op(f"{NAMESPACE}::{name}", mutates_args=())(fn)
+
+    return define
+
+
+def _fake(name: str):
+    def register(fn):
+        _FAKES[name] = fn
+        return torch.library.register_fake(f"{NAMESPACE}::{name}")(fn)
+
+    return register
 
 
 @_op("gemm")
@@ -46,7 +62,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, layout: str, out_dtype: torch.dtype, 
     return lookup(handle).run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
 
 
-@gemm.register_fake
+@_fake("gemm")
 def _(a, b, layout, out_dtype, precision, handle):
     return lookup(handle).fake_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
 
@@ -60,7 +76,7 @@ def gemm_epilogue(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, r
                                                                    scale, activation, beta))
 
 
-@gemm_epilogue.register_fake
+@_fake("gemm_epilogue")
 def _(a, b, bias, residual, layout, out_dtype, precision, scale, activation, beta, handle):
     return lookup(handle).fake_op("gemm_epilogue", GemmEpilogueArgs(a, b, layout, out_dtype, precision, bias, residual,
                                                                     scale, activation, beta))
@@ -72,7 +88,7 @@ def gated_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, activat
     return lookup(handle).run_op("gated_mlp", GatedArgs(x, w_gate, w_up, activation))
 
 
-@gated_mlp.register_fake
+@_fake("gated_mlp")
 def _(x, w_gate, w_up, activation, handle):
     return lookup(handle).fake_op("gated_mlp", GatedArgs(x, w_gate, w_up, activation))
 
@@ -82,7 +98,7 @@ def softmax(x: torch.Tensor, mask: torch.Tensor | None, scale: float | None, han
     return lookup(handle).run_op("softmax", SoftmaxArgs(x, mask, scale))
 
 
-@softmax.register_fake
+@_fake("softmax")
 def _(x, mask, scale, handle):
     return lookup(handle).fake_op("softmax", SoftmaxArgs(x, mask, scale))
 
@@ -92,7 +108,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> t
     return lookup(handle).run_op("rmsnorm", RowArgs(x, weight, None, eps))
 
 
-@rmsnorm.register_fake
+@_fake("rmsnorm")
 def _(x, weight, eps, handle):
     return lookup(handle).fake_op("rmsnorm", RowArgs(x, weight, None, eps))
 
@@ -102,7 +118,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     return lookup(handle).run_op("layernorm", RowArgs(x, weight, bias, eps))
 
 
-@layernorm.register_fake
+@_fake("layernorm")
 def _(x, weight, bias, eps, handle):
     return lookup(handle).fake_op("layernorm", RowArgs(x, weight, bias, eps))
 
@@ -114,7 +130,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, e
     return lookup(handle).run_op("add_rmsnorm", RowArgs(x, weight, None, eps, residual))
 
 
-@add_rmsnorm.register_fake
+@_fake("add_rmsnorm")
 def _(x, residual, weight, eps, handle):
     return lookup(handle).fake_op("add_rmsnorm", RowArgs(x, weight, None, eps, residual))
 
@@ -126,7 +142,7 @@ def add_layernorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
     return lookup(handle).run_op("add_layernorm", RowArgs(x, weight, bias, eps, residual))
 
 
-@add_layernorm.register_fake
+@_fake("add_layernorm")
 def _(x, residual, weight, bias, eps, handle):
     return lookup(handle).fake_op("add_layernorm", RowArgs(x, weight, bias, eps, residual))
 
@@ -137,7 +153,7 @@ def rmsnorm_fp8(x: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) 
     return lookup(handle).run_op("rmsnorm_fp8", RowArgs(x, weight, None, eps))
 
 
-@rmsnorm_fp8.register_fake
+@_fake("rmsnorm_fp8")
 def _(x, weight, eps, handle):
     return lookup(handle).fake_op("rmsnorm_fp8", RowArgs(x, weight, None, eps))
 
@@ -149,7 +165,7 @@ def add_rmsnorm_fp8(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tenso
     return lookup(handle).run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, eps, residual))
 
 
-@add_rmsnorm_fp8.register_fake
+@_fake("add_rmsnorm_fp8")
 def _(x, residual, weight, eps, handle):
     return lookup(handle).fake_op("add_rmsnorm_fp8", RowArgs(x, weight, None, eps, residual))
 
@@ -161,7 +177,7 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     return lookup(handle).run_op("rope", RopeArgs(q, k, cos, sin))
 
 
-@rope.register_fake
+@_fake("rope")
 def _(q, k, cos, sin, handle):
     return lookup(handle).fake_op("rope", RopeArgs(q, k, cos, sin))
 
@@ -172,7 +188,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: str, scal
     return lookup(handle).run_op("attention", AttentionArgs(q, k, v, mask, scale))
 
 
-@attention.register_fake
+@_fake("attention")
 def _(q, k, v, mask, scale, handle):
     return lookup(handle).fake_op("attention", AttentionArgs(q, k, v, mask, scale))
 
@@ -183,10 +199,58 @@ def attention_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: st
     return lookup(handle).run_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
 
 
-@attention_decode.register_fake
+@_fake("attention_decode")
 def _(q, k, v, mask, scale, handle):
     return lookup(handle).fake_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
 
 
 OPS = ("gemm", "gemm_epilogue", "gated_mlp", "softmax", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "rmsnorm_fp8", "add_rmsnorm_fp8", "rope",
        "attention", "attention_decode")
+
+# ---- the twins autograd need not record: tilegen::<op>_nograd ----------------------------------------------------
+# A custom_op call passes several Python layers (its autograd wrapper, a redispatch, the backend wrapper and its
+# aliasing checks): about 11 us a call on a CPU where the implementation itself takes 6. A call that autograd need
+# not record -- grad disabled, or no input that requires grad: inference, a torch.compile graph traced under
+# no_grad -- goes through the op's twin, defined on the same schema with one Python kernel: at the Autograd key it
+# runs the implementation (or, called with inputs autograd must record, hands the call to the custom op, whose
+# backward then refuses), and the same implementation serves the backends' keys (inference mode skips Autograd).
+NOGRAD = "_nograd"
+_TWINS = torch.library.Library(NAMESPACE, "FRAGMENT")
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_DISPATCH_MODES = torch._C._len_torch_dispatch_stack
+
+
+def _grad_needed(args) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+def _plain(args) -> bool:
+    """Real tensors and no dispatch mode: the implementation may run here. Otherwise (fake or functional tensors
+    while torch.compile traces, a mode that must see the op) the call goes on below the Autograd key."""
+    return not _DISPATCH_MODES() and all(type(a) in _PLAIN for a in args if isinstance(a, torch.Tensor))
+
+
+def _define_twin(name: str) -> None:
+    custom = getattr(torch.ops.tilegen, name).default
+    schema = str(custom._schema)  # tilegen::NAME(args) -> outputs
+    _TWINS.define(name + NOGRAD + schema[schema.index("("):])
+    impl = _IMPLS[name]  # the custom op's implementation: Ops.run_op of the handle's Ops
+
+    def autograd(*args):
+        if _grad_needed(args):
+            return custom(*args)
+        if _plain(args):
+            return impl(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return twin(*args)
+
+    _TWINS.impl(name + NOGRAD, impl, "CompositeExplicitAutograd")
+    _TWINS.impl(name + NOGRAD, autograd, "Autograd")
+    twin = getattr(torch.ops.tilegen, name + NOGRAD).default
+    torch.library.register_fake(f"{NAMESPACE}::{name}{NOGRAD}", _FAKES[name], lib=_TWINS)
+
+
+for _name in OPS:
+    _define_twin(_name)
