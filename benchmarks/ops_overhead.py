@@ -10,7 +10,8 @@ printed.
 On the CPU the kernels do nothing (a launch that returns at once), so a call's time is the ops' own Python: the
 input checks, the route lookup, the count, the output and workspace allocations and the launch's argument
 marshalling; beside it an empty Python loop and `torch.empty` of the output's size (the floor of an op that
-allocates its output).
+allocates its output), and the GEMM called through torch's dispatcher as a torch.compile graph calls it: the
+custom op (the calls autograd records) and its nograd twin (the others).
 
 With --gpu the project's kernels are compiled for the GPU present (into a temporary cache) and each row splits a
 call's host time into its layers, all timed in the same run: the op as a user calls it (`ops.linear`, ...), its
@@ -167,6 +168,11 @@ def cpu_main(args) -> int:
     calls = {"empty loop": lambda: None,
              "torch.empty (the output alone)": lambda: torch.empty((TOKENS, HIDDEN), dtype=torch.bfloat16)}
     calls |= {name: user for name, (user, _, _) in op_calls(ops, t).items()}
+    # what a call through torch's dispatcher costs (a torch.compile graph's calls): the custom op, which autograd
+    # records, and its nograd twin (codegen.ops.library), each called as a compiled graph calls it
+    gemm_args = (t["x"], t["w"], "nt", torch.bfloat16, "", ops.handle)
+    calls["linear through the custom op tilegen::gemm"] = lambda: torch.ops.tilegen.gemm.default(*gemm_args)
+    calls["linear through its twin tilegen::gemm_nograd"] = lambda: torch.ops.tilegen.gemm_nograd.default(*gemm_args)
     print(f"torch {torch.__version__}, {args.calls} calls x {args.repeats} repeats, no grad, kernels that return at once")
     print("| call | us/call |\n|---|---|")
     with torch.no_grad():
