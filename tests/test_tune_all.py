@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from test_tune import SM90, _candidate, _entry, loaded
 
-from codegen.cli.tuneall import FAILED, FRESH, NOT_REACHED, TUNED, to_tune, tune_all, write_summary
+from codegen.cli.tuneall import FAILED, FRESH, NOT_REACHED, RESEARCH, TUNED, UNSERVED, to_tune, tune_all, write_summary
 from codegen.core.errors import TilegenError
 from codegen.core.hardware import Target
 from codegen.generate.lockfile import LockFile, lock_path, write_lockfile
@@ -32,12 +32,12 @@ def _fresh_lock(root, ls):
 def test_fresh_specs_are_skipped_and_a_device_without_a_lockfile_tunes_every_searched_spec(tmp_path):
     ls = loaded(SM90)
     _fresh_lock(tmp_path, ls)
-    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS) == set()
-    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H100", VERSIONS) == {"g"}  # no H100 lockfile
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS) == {}
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H100", VERSIONS) == {"g": UNSERVED}  # no H100 lockfile
     # another torch on the same device: the entry is stale, so the spec is tuned again
-    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS | {"torch": "2.9.0"}) == {"g"}
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS | {"torch": "2.9.0"}) == {"g": UNSERVED}
     # a spec without an sm_90 search block is never tuned on sm_90
-    assert to_tune(tmp_path, [loaded()], Target.SM_90, "NVIDIA H100", VERSIONS) == set()
+    assert to_tune(tmp_path, [loaded()], Target.SM_90, "NVIDIA H100", VERSIONS) == {}
 
 
 def test_an_entry_chosen_from_another_search_space_still_serves_and_is_searched_again(tmp_path):
@@ -50,8 +50,8 @@ def test_an_entry_chosen_from_another_search_space_still_serves_and_is_searched_
     e = _entry(ls, winner=_candidate(ls, 3, 0.01), space_sha256=space_sha256(ls, Target.SM_90))
     write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
-    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS) == set()
-    assert to_tune(tmp_path, [wider], Target.SM_90, "NVIDIA H200", VERSIONS) == {"g"}  # the space grew
+    assert to_tune(tmp_path, [ls], Target.SM_90, "NVIDIA H200", VERSIONS) == {}
+    assert to_tune(tmp_path, [wider], Target.SM_90, "NVIDIA H200", VERSIONS) == {"g": RESEARCH}  # the space grew
     report = check_lockfiles(tmp_path, [wider], {"tilelang": "0.1.15"}, [Target.SM_90])
     assert [f.reason for f in report.research] == [
         "research: chosen from another search space than the spec's today (the entry still serves)"]
@@ -59,7 +59,7 @@ def test_an_entry_chosen_from_another_search_space_still_serves_and_is_searched_
     # an entry that does not record its space (tuned before entries did) is not searched again for it
     write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
                    LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(replace(e, space_sha256=None),)))
-    assert to_tune(tmp_path, [wider], Target.SM_90, "NVIDIA H200", VERSIONS) == set()
+    assert to_tune(tmp_path, [wider], Target.SM_90, "NVIDIA H200", VERSIONS) == {}
 
 
 class _Clock:
@@ -99,6 +99,37 @@ def test_one_budget_for_the_run_in_spec_order_and_a_failure_does_not_stop_it(tmp
     rows = tune_all(project, None, budget_s=1000.0, tune_one=tune_one, device="NVIDIA H200", device_versions=VERSIONS,
                     run_target=Target.SM_90, loaded=specs, clock=clock)
     assert rows[0].status == FRESH and [c[0] for c in calls] == ["b", "c", "d"]
+
+
+def test_specs_no_entry_serves_are_tuned_before_those_whose_entries_are_searched_again(tmp_path):
+    """A short window goes first to shapes that run their hand configuration: a spec with a fresh entry chosen from
+    an older search space (research: it still serves) waits until every spec without one is tuned."""
+    from codegen.generate.lockfile import space_sha256
+
+    narrow = loaded(_named(SM90, "a"))
+    specs = [loaded(_named(SM90.replace("pipeline: {stages: [2, 3]}", "pipeline: {stages: [2, 3, 4]}"), "a")),
+             *(loaded(_named(SM90, n)) for n in ("b", "c"))]
+    e = _entry(narrow, spec="a", winner=_candidate(narrow, 3, 0.01), space_sha256=space_sha256(narrow, Target.SM_90))
+    write_lockfile(lock_path(tmp_path, Target.SM_90, "NVIDIA H200"),
+                   LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(e,)))
+    assert to_tune(tmp_path, specs, Target.SM_90, "NVIDIA H200", VERSIONS) == {"a": RESEARCH, "b": UNSERVED,
+                                                                               "c": UNSERVED}
+    clock, calls = _Clock(), []
+
+    def tune_one(name, target, left_s):
+        calls.append(name)
+        clock.t += 40.0
+        return SimpleNamespace(measured={"shapes": []})
+
+    rows = tune_all(SimpleNamespace(root=tmp_path), None, budget_s=100.0, tune_one=tune_one, device="NVIDIA H200",
+                    device_versions=VERSIONS, run_target=Target.SM_90, loaded=specs, clock=clock)
+    assert calls == ["b", "c", "a"]
+    assert [(r.spec, r.status) for r in rows] == [("a", TUNED), ("b", TUNED), ("c", TUNED)]  # the spec set's order
+    calls.clear()
+    clock.t = 0.0
+    rows = tune_all(SimpleNamespace(root=tmp_path), None, budget_s=50.0, tune_one=tune_one, device="NVIDIA H200",
+                    device_versions=VERSIONS, run_target=Target.SM_90, loaded=specs, clock=clock)
+    assert calls == ["b", "c"] and rows[0].status == NOT_REACHED
 
 
 def test_a_target_the_gpu_does_not_run_is_refused(tmp_path):

@@ -3,8 +3,10 @@
 Resumable: a spec whose every searched shape already has a fresh entry in this device's lockfile, chosen from
 the spec's search space of today, is skipped (`fresh`), and each spec's entries are written to the lockfile as
 soon as it is tuned, so a run cut short by its budget, a session's end or Ctrl-C keeps what it measured and the
-next run goes on from the first spec still without entries. The order is the spec set's (files sorted, specs
-in file order): deterministic.
+next run goes on from the first spec still without entries. The order: first the specs with a shape no entry
+serves (never tuned on this device, or an entry gone stale), then those whose entries still serve but were chosen
+from another search space than the spec's today (`research`); within each, the spec set's order (files sorted,
+specs in file order): deterministic. The summary lists the specs in the spec set's order.
 
 The budget is one figure for the whole run. A spec is started only while budget is left, and gets what is left
 for its measured rounds (codegen.tune.measure: at least one round is always measured once a spec is started);
@@ -65,17 +67,23 @@ def searched(loaded: list[LoadedSpec], target: Target) -> list[LoadedSpec]:
     return [ls for ls in loaded if target in getattr(ls.spec, "search", {}) and target in ls.spec.targets]
 
 
-def to_tune(root, loaded: list[LoadedSpec], target: Target, device: str, device_versions: dict[str, str]) -> set[str]:
-    """Names of the searched specs that have a shape without a fresh entry in `device`'s lockfile for `target`
-    (a miss, or a stale entry: spec, code or versions changed), or an entry chosen from another search space than
-    the spec's today. Without a lockfile for `device`, every one."""
+UNSERVED, RESEARCH = "unserved", "research"  # why a spec is tuned: a shape no entry serves; entries to re-search
+
+
+def to_tune(root, loaded: list[LoadedSpec], target: Target, device: str, device_versions: dict[str, str]) -> dict[str, str]:
+    """The searched specs to tune on `device`, each with why: UNSERVED where a shape has no fresh entry in
+    `device`'s lockfile for `target` (a miss, or a stale entry: spec, code or versions changed), else RESEARCH
+    where an entry was chosen from another search space than the spec's today (it still serves). Without a
+    lockfile for `device`, every one is UNSERVED."""
     wanted = {ls.spec.name for ls in searched(loaded, target)}
     mine = lock_path(root, target, device)
     if not mine.is_file():
-        return wanted
+        return dict.fromkeys(wanted, UNSERVED)
     report = check_lockfiles(root, loaded, local_versions(), [target], device_versions=(device, device_versions))
     shown = mine.relative_to(root).as_posix()  # another device's lockfile says nothing of this one
-    return {f.spec for f in (*report.stale, *report.misses, *report.research) if f.spec in wanted and f.file == shown}
+    why = {f.spec: RESEARCH for f in report.research if f.spec in wanted and f.file == shown}
+    why |= {f.spec: UNSERVED for f in (*report.stale, *report.misses) if f.spec in wanted and f.file == shown}
+    return why
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -113,30 +121,32 @@ def tune_all(project, targets: list[Target] | None, *, budget_s: float, tune_one
                            "cannot be measured here")
     start = clock()
     pending = to_tune(project.root, loaded, run_target, device, device_versions)
-    rows: list[TuneAllRow] = []
-    for ls in searched(loaded, run_target):
+    specs = searched(loaded, run_target)
+    rows: dict[str, TuneAllRow] = {}
+    for ls in specs:
+        if ls.spec.name not in pending:
+            rows[ls.spec.name] = TuneAllRow(spec=ls.spec.name, target=run_target, status=FRESH,
+                                            shapes=len(fam_shapes(ls)),
+                                            note=f"every shape has a fresh entry for {device}")
+    for ls in sorted((ls for ls in specs if ls.spec.name in pending), key=lambda ls: pending[ls.spec.name] == RESEARCH):
         name, shapes = ls.spec.name, len(fam_shapes(ls))
-        if name not in pending:
-            rows.append(TuneAllRow(spec=name, target=run_target, status=FRESH, shapes=shapes,
-                                   note=f"every shape has a fresh entry for {device}"))
-            continue
         left = budget_s - (clock() - start)
         if left <= 0:
-            rows.append(TuneAllRow(spec=name, target=run_target, status=NOT_REACHED, shapes=shapes,
-                                   note="the budget was spent: run `tilegen tune --all` again to go on"))
+            rows[name] = TuneAllRow(spec=name, target=run_target, status=NOT_REACHED, shapes=shapes,
+                                    note="the budget was spent: run `tilegen tune --all` again to go on")
             continue
         t0 = clock()
         try:
             result = tune_one(name, run_target, left)
         except TilegenError as exc:
-            rows.append(TuneAllRow(spec=name, target=run_target, status=FAILED, shapes=shapes,
-                                   seconds=round(clock() - t0, 1), note=str(exc).splitlines()[0]))
+            rows[name] = TuneAllRow(spec=name, target=run_target, status=FAILED, shapes=shapes,
+                                    seconds=round(clock() - t0, 1), note=str(exc).splitlines()[0])
             continue
         hand, best, which = _speedups(result.measured)
-        rows.append(TuneAllRow(spec=name, target=run_target, status=TUNED, shapes=shapes,
-                               seconds=round(clock() - t0, 1), speedup_vs_hand=hand, vs_best_torch=best,
-                               best_torch=which))
-    return rows
+        rows[name] = TuneAllRow(spec=name, target=run_target, status=TUNED, shapes=shapes,
+                                seconds=round(clock() - t0, 1), speedup_vs_hand=hand, vs_best_torch=best,
+                                best_torch=which)
+    return [rows[ls.spec.name] for ls in specs]
 
 
 def write_summary(root, target: Target, device: str, rows: list[TuneAllRow], budget_s: float, wall_s: float):
