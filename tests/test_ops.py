@@ -756,8 +756,9 @@ def test_a_modules_parameters_under_no_grad_take_the_direct_call_and_with_grad_t
     assert through == [ops.handle] and y.requires_grad
 
 
-def test_rows_and_rope_take_their_direct_launch_and_agree_with_the_case_record_launch(project):
-    """rmsnorm on a matrix and rope are called on the caller's tensors directly (the launch order probed once);
+def test_rows_rope_and_decode_take_their_direct_launch_and_agree_with_the_case_record_launch(project):
+    """rmsnorm on a matrix, rope and decode attention are called on the caller's tensors directly (the launch order
+    probed once);
     rmsnorm on 3-d rows and the split layernorm (a workspace) keep the launch through the case record. Each agrees
     with the torch fallback."""
     backend = RecordingKernels()
@@ -779,8 +780,13 @@ def test_rows_and_rope_take_their_direct_launch_and_agree_with_the_case_record_l
     torch.testing.assert_close(ko, kw)
     xl, wl, bl = torch.randn(8, 1024).half(), torch.randn(1024).half(), torch.randn(1024).half()
     ops.layernorm(xl, wl, bl, 1e-5)
+    qd, kd, vd = bf16(2, 1, 4, 64), bf16(2, 256, 2, 64), bf16(2, 256, 2, 64)
+    torch.testing.assert_close(ops.attention_decode(qd, kd, vd), _sdpa(qd, kd, vd, False), atol=2e-2, rtol=2e-2)
+    q_in, k_in, v_in, *ws, o = backend.calls[-1]
+    assert q_in is qd and k_in is kd and v_in is vd and len(ws) == 2 and o.shape == qd.shape  # split KV: 2 workspaces
     launchers = {p.op: p.launch.__qualname__.split(".")[0] for p in ops._plans.values()}
-    assert launchers == {"rmsnorm": "NormAdapter", "rope": "RopeAdapter", "layernorm": "Adapter"}  # split: run()
+    assert launchers == {"rmsnorm": "NormAdapter", "rope": "RopeAdapter", "layernorm": "Adapter",  # split: run()
+                         "attention_decode": "AttentionAdapter"}
 
 
 class _OpsSeen(torch.utils._python_dispatch.TorchDispatchMode):

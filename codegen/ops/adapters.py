@@ -158,19 +158,24 @@ class Prepared:
         return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
 
 
-def launch_order(prep: Prepared, inputs: tuple[str, ...], outputs: int, **fixed) -> tuple[int, ...] | None:
+def launch_order(prep: Prepared, inputs: tuple[str, ...], outputs: int, *, tuples: dict[str, int] | None = None,
+                 **fixed) -> tuple[int, ...] | None:
     """How the family's launch passes a case's `inputs` (case fields, in this order) and `outputs` outputs to the
-    kernel: the position in (*inputs, *outputs) of each argument the kernel gets. Found by calling the launch once
-    with a kernel that records its arguments, stand-in objects for the tensors and the `fixed` case fields as
-    given; None where the launch gives the kernel anything else (a value it derives, a field not among `inputs`)
-    or cannot run on stand-ins. A plan's direct launch (`Adapter.launcher`) is taken only where this is known, so
-    it makes the very call the family's launch -- verify's and bench's -- would make."""
-    stand_ins = {name: object() for name in inputs}
-    pool = [*stand_ins.values(), *(object() for _ in range(outputs))]
-    where = {id(x): i for i, x in enumerate(pool)}
+    kernel: the position in (*inputs, *outputs) of each argument the kernel gets -- a field named in `tuples` is a
+    tuple of that many tensors (the workspaces), counted one position each. Found by calling the launch once with
+    a kernel that records its arguments, stand-in objects for the tensors and the `fixed` case fields as given;
+    None where the launch gives the kernel anything else (a value it derives, a field not among `inputs`) or
+    cannot run on stand-ins. A plan's direct launch (`Adapter.launcher`) is taken only where this is known, so it
+    makes the very call the family's launch -- verify's and bench's -- would make."""
+    tuples = tuples or {}
+    stand_ins = {name: tuple(object() for _ in range(tuples[name])) if name in tuples else object()
+                 for name in inputs}
+    pool = [x for v in stand_ins.values() for x in (v if isinstance(v, tuple) else (v,))]
+    outs = [object() for _ in range(outputs)]
+    where = {id(x): i for i, x in enumerate(pool + outs)}
     seen: list = []
     try:
-        prep.launch(lambda *args: seen.extend(args), prep.case(**fixed, **stand_ins), *pool[len(inputs):])
+        prep.launch(lambda *args: seen.extend(args), prep.case(**fixed, **stand_ins), *outs)
     except Exception:  # noqa: BLE001 - a launch that reads its tensors (shapes, dtypes): no direct launch
         return None
     order = tuple(where.get(id(x), -1) for x in seen)
@@ -940,6 +945,24 @@ class AttentionAdapter(Adapter):
         out = _empty(prep.out_shape, args.q.dtype, args.q.device)
         prep.launch(kernel, case, out)
         return out
+
+    def launcher(self, kernel, prep: Prepared, shape, run_shape):
+        """Where the family's launch passes the kernel Q, K, V, the workspaces and O (`launch_order`): called on
+        them directly, the workspaces from `alloc_workspaces` as `run` takes them."""
+        order = launch_order(prep, ("Q", "K", "V", "workspace"), 1, tuples={"workspace": len(prep.workspaces)})
+        if order is None:
+            return super().launcher(kernel, prep, shape, run_shape)
+        out_shape, alloc, empty = prep.out_shape, prep.alloc_workspaces, torch.empty
+
+        def launch(args: AttentionArgs):
+            q = args.q
+            device = q.device
+            out = empty(out_shape, dtype=q.dtype, device=device)
+            given = (q, args.k, args.v, *alloc(device), out)
+            kernel(*[given[i] for i in order])
+            return out
+
+        return launch
 
     def fallback(self, ctx: Ctx, args: AttentionArgs):
         import torch.nn.functional as F
