@@ -356,9 +356,39 @@ def test_doctor_is_ready_for_gfx942():
     assert result.output.strip().splitlines()[-1] == "ready to build gfx942"
 
 
-def test_write_report_needs_every_instance():
-    with pytest.raises(TilegenError, match="--write-report rewrites the committed reports"):
-        build(PROJECT, BuildOptions(names=("gemm_fp16_nt",), write_report=True))
+def test_write_report_needs_every_shape():
+    with pytest.raises(TilegenError, match="--write-report writes the builds of every shape"):
+        build(PROJECT, BuildOptions(names=("gemm_fp16_nt",), write_report=True, first_shape=True))
+
+
+def test_write_report_of_named_instances_replaces_their_rows_and_keeps_the_others(tmp_path):
+    """`tilegen build NAMES --write-report`: the rows of the instances built replace theirs or join, sorted as
+    --all writes them; every other row stays; a report from another toolchain is refused, not mixed."""
+    from types import SimpleNamespace
+
+    from codegen.build.compile import update_reports
+    from codegen.core.files import dump_json
+
+    def row(name, uri, shape, regs):
+        return {"uri": uri, "name": name, "shape": list(shape), "status": "ok", "error": "", "summary": {"registers": regs},
+                "kernels": []}
+
+    tool = {"compiler": "nvcc release 13.0", "tilelang": "0.1.15"}
+    path = tmp_path / "reports" / "static" / "sm_90.json"
+    path.parent.mkdir(parents=True)
+    kept, old = row("a", "a_1", (8, 8), 32), row("b", "b_1", (8, 8), 40)
+    path.write_text(dump_json({"target": "sm_90", "toolchain": tool, "builds": [kept, old]}))
+    new, added = row("b", "b_1", (8, 8), 48), row("a", "a_2", (16, 8), 64)
+
+    def report(toolchain):
+        doc = {"target": "sm_90", "toolchain": toolchain, "builds": [added, new]}
+        return SimpleNamespace(results=[SimpleNamespace(target=Target.SM_90)], document=lambda t, volatile: doc)
+
+    assert update_reports(tmp_path, report(tool)) == (path,)
+    assert json.loads(path.read_text())["builds"] == [kept, added, new]
+    assert update_reports(tmp_path, report(tool)) == ()  # unchanged: not written again
+    with pytest.raises(TilegenError, match="rewrite it whole"):
+        update_reports(tmp_path, report(tool | {"compiler": "nvcc release 12.8"}))
 
 
 # ---- the committed reports ----------------------------------------------------------------------

@@ -377,12 +377,14 @@ def build(project: Project, opts: BuildOptions, *, on_event: OnEvent = ignore) -
     """Build the selected instances; one failure does not stop the others. Raises TilegenError only
     for what stops every build (a bad selection, a missing toolchain)."""
     t_start = time.perf_counter()
-    if opts.write_report and (not opts.all_ or opts.first_shape):
-        raise TilegenError("--write-report rewrites the committed reports of every instance and shape: "
-                           "use it with --all and without --first-shape")
+    if opts.write_report and opts.first_shape:
+        raise TilegenError("--write-report writes the builds of every shape of the instances it names: "
+                           "use it without --first-shape")
     files = project.select(list(opts.names), all_=opts.all_, targets=list(opts.targets) if opts.targets else None)
     report = build_files(files, project.root, opts, on_event=on_event)
-    written = write_reports(project.root, report) if opts.write_report else ()
+    written = ()
+    if opts.write_report:
+        written = write_reports(project.root, report) if opts.all_ else update_reports(project.root, report)
     return replace(report, written=written, wall_s=time.perf_counter() - t_start)
 
 
@@ -469,6 +471,32 @@ def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
         path = confined(root, root / REPORT_DIR / f"{target.value}.json")
         text = dump_json(report.document(target, volatile=False))
         if not (path.is_file() and path.read_text(encoding="utf-8") == text):
+            write_text_atomic(path, text)
+            written.append(path)
+    return tuple(written)
+
+
+def update_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
+    """reports/static/<target>.json with the rows of the instances built replaced or added and every other row kept
+    (`tilegen build NAMES --write-report`: a few new instances, such as tuned winners, without building all);
+    refused where the committed report was built by another toolchain. Rows of instances no longer rendered are
+    dropped only by `--all`."""
+    written = []
+    for target in sorted({r.target for r in report.results}):
+        path = confined(root, root / REPORT_DIR / f"{target.value}.json")
+        new = report.document(target, volatile=False)
+        if not path.is_file():
+            raise TilegenError(f"{path.relative_to(root)} does not exist: write it with `tilegen build --all "
+                               "--write-report`")
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old.get("toolchain") != new["toolchain"]:
+            raise TilegenError(f"{path.relative_to(root)} was built with {old.get('toolchain')}, these builds with "
+                               f"{new['toolchain']}: rewrite it whole with `tilegen build --all --write-report`")
+        built = {(b["uri"], tuple(b["shape"])) for b in new["builds"]}
+        rows = [b for b in old["builds"] if (b["uri"], tuple(b["shape"])) not in built] + new["builds"]
+        rows.sort(key=lambda b: (b["name"], b["uri"], tuple(b["shape"])))  # BuildReport.document's order
+        text = dump_json(new | {"builds": rows})
+        if path.read_text(encoding="utf-8") != text:
             write_text_atomic(path, text)
             written.append(path)
     return tuple(written)

@@ -357,7 +357,8 @@ def build(
     jobs: Jobs = None,
     first_shape: Annotated[bool, typer.Option("--first-shape", help="Only the first shape of each spec.")] = False,
     write_report: Annotated[bool, typer.Option(
-        "--write-report", help="Rewrite the committed reports/static/<target>.json (with --all).")] = False,
+        "--write-report", help="Write the builds into the committed reports/static/<target>.json: the whole "
+        "report with --all, else the named instances' rows.")] = False,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", help="Build cache (default: <project>/.cache/build).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
