@@ -218,8 +218,9 @@ class Adapter:
         raise NotImplementedError
 
     def launcher(self, kernel, prep: Prepared, shape: tuple, run_shape: tuple):
-        """`args -> outputs`: `run` with what is fixed per plan bound once (the plan's hot path). Families whose
-        launch can be shortened say so (GemmAdapter); the others run `run`."""
+        """`args -> outputs`: `run` with what is fixed per plan bound once (the plan's hot path). An adapter whose
+        calls can skip the case record overrides it (GEMM, rows, RoPE, attention), falling back to this one where
+        `launch_order` cannot vouch for the direct call."""
         run = self.run
         return lambda args: run(kernel, prep, args, shape, run_shape)
 

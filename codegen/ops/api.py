@@ -439,7 +439,6 @@ _GRAD_ENABLED = torch.is_grad_enabled
 # plain tensors: torch.Tensor, and nn.Parameter -- a module's weights -- which adds no torch-function or dispatch
 # behaviour of its own (its __torch_function__ is torch's disabled one)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-_TENSOR = torch.Tensor
 
 
 def _direct(*tensors) -> bool:
@@ -467,7 +466,7 @@ def _custom_op(name: str, *args):
     autograd must record the call (grad enabled and an input that requires grad), else its twin
     `tilegen::<name>_nograd` (codegen.ops.library), which reaches the same implementation through one Python
     kernel instead of the custom op's layers -- what a torch.compile graph traced under no_grad calls."""
-    if _GRAD_ENABLED() and any(isinstance(a, _TENSOR) and a.requires_grad for a in args):
+    if library.grad_needed(args):
         return getattr(_OPS, name)(*args)
     return getattr(_OPS, name + library.NOGRAD)(*args)
 

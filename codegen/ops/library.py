@@ -222,7 +222,8 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DISPATCH_MODES = torch._C._len_torch_dispatch_stack
 
 
-def _grad_needed(args) -> bool:
+def grad_needed(args) -> bool:
+    """Whether autograd must record a call of these arguments: grad enabled and an input that requires grad."""
     return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 
@@ -239,7 +240,7 @@ def _define_twin(name: str) -> None:
     impl = _IMPLS[name]  # the custom op's implementation: Ops.run_op of the handle's Ops
 
     def autograd(*args):
-        if _grad_needed(args):
+        if grad_needed(args):
             return custom(*args)
         if _plain(args):
             return impl(*args)
