@@ -469,11 +469,17 @@ def write_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
     written = []
     for target in sorted({r.target for r in report.results}):
         path = confined(root, root / REPORT_DIR / f"{target.value}.json")
-        text = dump_json(report.document(target, volatile=False))
-        if not (path.is_file() and path.read_text(encoding="utf-8") == text):
-            write_text_atomic(path, text)
+        if _write_if_changed(path, report.document(target, volatile=False)):
             written.append(path)
     return tuple(written)
+
+
+def _write_if_changed(path: Path, doc: dict) -> bool:
+    text = dump_json(doc)
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return False
+    write_text_atomic(path, text)
+    return True
 
 
 def update_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
@@ -495,9 +501,7 @@ def update_reports(root: Path, report: BuildReport) -> tuple[Path, ...]:
         built = {(b["uri"], tuple(b["shape"])) for b in new["builds"]}
         rows = [b for b in old["builds"] if (b["uri"], tuple(b["shape"])) not in built] + new["builds"]
         rows.sort(key=lambda b: (b["name"], b["uri"], tuple(b["shape"])))  # BuildReport.document's order
-        text = dump_json(new | {"builds": rows})
-        if path.read_text(encoding="utf-8") != text:
-            write_text_atomic(path, text)
+        if _write_if_changed(path, new | {"builds": rows}):
             written.append(path)
     return tuple(written)
 
