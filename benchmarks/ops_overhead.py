@@ -21,6 +21,10 @@ codegen.ops.api.direct_call takes it), and the torch op that does the same work 
 F.rms_norm, SDPA). The kernels are a few microseconds long at these shapes, so a loop of calls is bound by the
 host: its wall time per call is the host's cost (the GPU is synchronised once, after the loop). The results go to
 `--out` as JSON and Markdown when given.
+
+Both modes also time each op as a torch.compile graph calls it: its nograd twin through torch's dispatcher
+(`torch.ops.tilegen.<op>_nograd`, the arguments the graph passes), and a compiled function of CHAIN calls, each
+on the previous one's output, per call (the graph's own per-call work included: its buffers and size checks).
 """
 
 from __future__ import annotations
@@ -159,6 +163,46 @@ def op_calls(ops, t: dict[str, torch.Tensor]) -> dict[str, tuple]:
     }
 
 
+CHAIN = 10  # calls per compiled function in the "compiled graph" column
+
+
+def compiled_calls(ops, t: dict[str, torch.Tensor]) -> dict[str, tuple]:
+    """name -> (the op's nograd twin called as a compiled graph calls it, a torch.compile'd function of CHAIN
+    chained calls of the op as a user writes it)."""
+    h, tw = ops.handle, torch.ops.tilegen
+
+    def chain(step):
+        def calls(*state):
+            for _ in range(CHAIN):
+                state = step(*state)
+            return state
+
+        return torch.compile(calls, dynamic=False, fullgraph=True)
+
+    linear = chain(lambda y: (ops.linear(y, t["w"]),))
+    norm = chain(lambda y: (ops.rmsnorm(y, t["wn"], 1e-5),))
+    rope = chain(lambda q, k: ops.rope(q, k, t["cos"], t["sin"]))
+    decode = chain(lambda q: (ops.attention_decode(q, t["kd"], t["kd"], scale=0.125),))
+    add_norm = chain(lambda x, r: ops.add_rmsnorm(x, r, t["wn"], 1e-5))
+    return {
+        "linear": (lambda: tw.gemm_nograd.default(t["x"], t["w"], "nt", torch.bfloat16, "", h),
+                   lambda: linear(t["x"])),
+        "rmsnorm": (lambda: tw.rmsnorm_nograd.default(t["x"], t["wn"], 1e-5, h), lambda: norm(t["x"])),
+        "rope": (lambda: tw.rope_nograd.default(t["q"], t["k"], t["cos"], t["sin"], h), lambda: rope(t["q"], t["k"])),
+        "attention_decode": (lambda: tw.attention_decode_nograd.default(t["qd"], t["kd"], t["kd"], "none", 0.125, h),
+                             lambda: decode(t["qd"])),
+        "add_rmsnorm": (lambda: tw.add_rmsnorm_nograd.default(t["x"], t["r"], t["wn"], 1e-5, h),
+                        lambda: add_norm(t["x"], t["r"])),
+    }
+
+
+def dispatcher_us(ops, t, name: str, calls: int, repeats: int, sync=None) -> tuple[float, float]:
+    """(us per twin call, us per call inside a compiled graph) of op `name`."""
+    twin, compiled = compiled_calls(ops, t)[name]
+    return (per_call_us(twin, calls, repeats, sync),
+            per_call_us(compiled, max(calls // CHAIN, 1), repeats, sync) / CHAIN)
+
+
 def cpu_main(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -178,6 +222,11 @@ def cpu_main(args) -> int:
     with torch.no_grad():
         for name, fn in calls.items():
             print(f"| {name} | {per_call_us(fn, args.calls, args.repeats):.2f} |")
+        print("\n| op | eager (the call above) us | its twin through the dispatcher us | in a compiled graph us |")
+        print("|---|---|---|---|")
+        for name, (user, _, _) in op_calls(ops, t).items():
+            twin_us, graph_us = dispatcher_us(ops, t, name, args.calls, args.repeats)
+            print(f"| {name} | {per_call_us(user, args.calls, args.repeats):.2f} | {twin_us:.2f} | {graph_us:.2f} |")
     return 0
 
 
@@ -236,6 +285,7 @@ def gpu_main(args) -> int:
                                                args.calls, args.repeats, sync)
                 if name in baselines:
                     row["torch_us"] = per_call_us(baselines[name], args.calls, args.repeats, sync)
+                row["twin_us"], row["graph_us"] = dispatcher_us(ops, t, name, args.calls, args.repeats, sync)
                 rows.append(row)
 
     def us(v):
@@ -244,10 +294,11 @@ def gpu_main(args) -> int:
     head = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.calls} calls x {args.repeats} repeats, "
             "no grad, wall time per call of a back-to-back loop (host-bound at these shapes)")
     columns = ("| call | kernel | tilegen op us | its launch alone us | TileLang kernel call us | "
-               "the executable the ops call us | torch us |")
-    md = [head, "", columns, "|---|---|---|---|---|---|---|"]
+               "the executable the ops call us | torch us | its twin through the dispatcher us | "
+               f"in a compiled graph us (per call of {CHAIN}) |")
+    md = [head, "", columns, "|---|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['call']} | {r['kernel']} | {us(r['op_us'])} | {us(r['launch_us'])} | {us(r['bare_us'])} | "
-           f"{us(r['exec_us'])} | {us(r['torch_us'])} |" for r in rows]
+           f"{us(r['exec_us'])} | {us(r['torch_us'])} | {us(r['twin_us'])} | {us(r['graph_us'])} |" for r in rows]
     print("\n".join(md))
     if args.out:
         out = Path(args.out)

@@ -227,12 +227,6 @@ def grad_needed(args) -> bool:
     return torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 
-def _plain(args) -> bool:
-    """Real tensors and no dispatch mode: the implementation may run here. Otherwise (fake or functional tensors
-    while torch.compile traces, a mode that must see the op) the call goes on below the Autograd key."""
-    return not _DISPATCH_MODES() and all(type(a) in _PLAIN for a in args if isinstance(a, torch.Tensor))
-
-
 def _define_twin(name: str) -> None:
     custom = getattr(torch.ops.tilegen, name).default
     schema = str(custom._schema)  # tilegen::NAME(args) -> outputs
@@ -240,9 +234,17 @@ def _define_twin(name: str) -> None:
     impl = _IMPLS[name]  # the custom op's implementation: Ops.run_op of the handle's Ops
 
     def autograd(*args):
-        if grad_needed(args):
-            return custom(*args)
-        if _plain(args):
+        # grad_needed's test and the plain test in one pass over the arguments (this runs on every call of a
+        # compiled graph). Plain: real tensors and no dispatch mode, so the implementation may run here; otherwise
+        # (fake or functional tensors while torch.compile traces, a mode that must see the op) the call goes on
+        # below the Autograd key.
+        grad, plain = torch.is_grad_enabled(), not _DISPATCH_MODES()
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                if grad and a.requires_grad:
+                    return custom(*args)
+                plain = plain and type(a) in _PLAIN
+        if plain:
             return impl(*args)
         with torch._C._AutoDispatchBelowAutograd():
             return twin(*args)
