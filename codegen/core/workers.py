@@ -21,8 +21,9 @@ import sys
 import threading
 import time
 import traceback
+import types
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
@@ -158,10 +159,31 @@ def _stop_held() -> Iterator[None]:
         signal.raise_signal(caught[0])  # now, to the handler it was meant for (KeyboardInterrupt, Stopped)
 
 
+@contextmanager
+def _main_left_alone() -> Iterator[None]:
+    """While a process is spawned: a module without a file or a spec stands in for `__main__`, so the child
+    does not run the parent's main module again, as multiprocessing's spawn otherwise does. For workers
+    started from a user's code (`tilegen.load(...).precompile()`), whose main module may be a script without
+    an `if __name__ == "__main__":` guard: spawn would run its top level -- load a model, say -- again in
+    every worker, which then dies trying to spawn its own. Such workers' targets and tasks must be functions
+    of importable modules (not of __main__)."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is None:
+            del sys.modules["__main__"]
+        else:
+            sys.modules["__main__"] = main
+
+
 def start_process(target: Callable[..., object], args: tuple, *, daemon: bool = False,
-                  started: Callable[[BaseProcess], None] | None = None) -> BaseProcess:
+                  started: Callable[[BaseProcess], None] | None = None, run_main: bool = True) -> BaseProcess:
     """Spawn `target(*args)` with SIGINT and SIGHUP blocked; `started(process)` records it before a held
-    stop signal is raised. The target must call worker_signals() first.
+    stop signal is raised. The target must call worker_signals() first. run_main=False: the child does not
+    run the parent's main module (`_main_left_alone`); by default it does, as spawn does (the CLI's main
+    modules are guarded, and tests set a fake GPU up in theirs).
 
     multiprocessing's resource tracker is started first, outside the blocked section: the spawn of
     the first worker of a process starts it, and its start-up ends with SIG_UNBLOCK of SIGINT (not a
@@ -171,7 +193,8 @@ def start_process(target: Callable[..., object], args: tuple, *, daemon: bool = 
     resource_tracker.ensure_running()
     with _stop_held():
         proc = CTX.Process(target=target, args=args, daemon=daemon)
-        proc.start()
+        with nullcontext() if run_main else _main_left_alone():
+            proc.start()
         if started is not None:
             started(proc)
     return proc
@@ -247,12 +270,15 @@ class _Worker:
 
 class WorkerPool:
     """Up to `processes` spawned workers running one task at a time each. Leaving the `with` block
-    normally lets the workers exit; leaving it by an exception (KeyboardInterrupt) ends them (end_processes)."""
+    normally lets the workers exit; leaving it by an exception (KeyboardInterrupt) ends them (end_processes).
+    run_main=False: the workers do not run the parent's main module (start_process)."""
 
-    def __init__(self, processes: int, *, initializer: Callable[..., None] | None = None, initargs: tuple = ()):
+    def __init__(self, processes: int, *, initializer: Callable[..., None] | None = None, initargs: tuple = (),
+                 run_main: bool = True):
         self.processes = max(1, processes)
         self.initializer = initializer
         self.initargs = initargs
+        self.run_main = run_main
         self._workers: list[_Worker] = []
 
     def __enter__(self) -> Self:
@@ -286,7 +312,7 @@ class WorkerPool:
         def started(proc: BaseProcess) -> None:
             workers.append(_Worker(proc=proc, conn=parent))
 
-        start_process(_pool_worker, (child, self.initializer, self.initargs), started=started)
+        start_process(_pool_worker, (child, self.initializer, self.initargs), started=started, run_main=self.run_main)
         child.close()  # the worker holds the other end: its death reads as EOF here
         return workers[-1]
 

@@ -193,8 +193,9 @@ def precompile(cache: OpsCache, jobs: list[tuple[RenderedFile, tuple]], environm
     errors: dict[tuple[str, tuple], str] = {}
     if todo:
         tasks = [(str(cache.root), r, s, dict(environment), target) for r, s in todo]
+        # run_main=False: the caller's main module may be a script without a __main__ guard (workers.start_process)
         with WorkerPool(max(1, min(workers, len(tasks))), initializer=set_tilelang_log_level,
-                        initargs=(tilelang_log_level(),)) as pool:
+                        initargs=(tilelang_log_level(),), run_main=False) as pool:
             for i, outcome in pool.imap_unordered(_precompile_task, tasks):
                 error = outcome.value[3] if outcome.ok else outcome.error
                 if error:
