@@ -436,9 +436,7 @@ _IS_COMPILING = torch.compiler.is_compiling
 _DISPATCH_MODES = getattr(torch._C, "_len_torch_dispatch_stack", None)
 _FUNCTION_MODES = getattr(torch._C, "_is_torch_function_mode_enabled", None)
 _GRAD_ENABLED = torch.is_grad_enabled
-# plain tensors: torch.Tensor, and nn.Parameter -- a module's weights -- which adds no torch-function or dispatch
-# behaviour of its own (its __torch_function__ is torch's disabled one)
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_PLAIN = library.PLAIN
 
 
 def _direct(*tensors) -> bool:

@@ -218,7 +218,9 @@ NOGRAD = "_nograd"
 _TWINS = torch.library.Library(NAMESPACE, "FRAGMENT")
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
+# plain tensors: torch.Tensor, and nn.Parameter -- a module's weights -- which adds no torch-function or dispatch
+# behaviour of its own (its __torch_function__ is torch's disabled one). The ops' direct call takes them too.
+PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DISPATCH_MODES = torch._C._len_torch_dispatch_stack
 
 
@@ -243,7 +245,7 @@ def _define_twin(name: str) -> None:
             if isinstance(a, torch.Tensor):
                 if grad and a.requires_grad:
                     return custom(*args)
-                plain = plain and type(a) in _PLAIN
+                plain = plain and type(a) in PLAIN
         if plain:
             return impl(*args)
         with torch._C._AutoDispatchBelowAutograd():
