@@ -11,7 +11,8 @@ one gated-MLP kernel (ops.gated_mlp, SwiGLU) and down_proj with the closing resi
    tolerance, prefill and decode, and three negative controls (one op broken on purpose) that must fail it;
 3. shows every op call's route (tuned / spec / bucket / dynamic / fallback) and a dispatch check at odd shapes;
 4. times prefill (batch 1 x 2048 tokens) and decode (batch 16 x 1 token over a 4096-position KV cache) for the
-   three layers in eager mode, under torch.compile and replayed as a CUDA graph, and counts torch.compile's graph
+   three layers in eager mode, under torch.compile, and replayed as CUDA graphs (eager, and compiled as
+   torch.compile(mode="reduce-overhead") runs it), and counts torch.compile's graph
    breaks of the tilegen layers, and times each GEMM of the layers through dispatch against cuBLAS (the fused
    ones against the unfused torch sequence they replace);
 5. measures the first calls of a fresh process (kernels loaded from the cache, not compiled);
@@ -493,7 +494,7 @@ def main(argv=None) -> int:
                 with torch.no_grad():
                     return call_layer(mod, inp.x, inp.pe, cache)
 
-            modes = [("eager", call)]
+            modes, compiled_call = [("eager", call)], None
             if not args.no_compile:
                 try:
                     with torch.no_grad():
@@ -503,14 +504,17 @@ def main(argv=None) -> int:
                     graph_breaks[f"{w.phase} {who}"] = f"explain failed: {type(exc).__name__}: {exc}"[:300]
                 torch._dynamo.reset()
                 compiled = torch.compile(module, dynamic=False)
-                modes.append(("torch.compile", lambda c=compiled, cache=cache, inp=inp: _call_no_grad(c, inp, cache)))
+                compiled_call = lambda c=compiled, cache=cache, inp=inp: _call_no_grad(c, inp, cache)
+                modes.append(("torch.compile", compiled_call))
             if not args.no_graphs:
-                modes.append(("eager + CUDA graph", None))
+                modes.append(("eager + CUDA graph", lambda call=call: cuda_graph(call)))
+                if compiled_call is not None:  # what torch.compile(mode="reduce-overhead") does: the compiled graph replayed
+                    modes.append(("torch.compile + CUDA graph", lambda f=compiled_call: cuda_graph(f)))
             for mode, fn in modes:
                 row = {"phase": w.phase, "layer": who, "mode": mode}
                 try:
-                    if fn is None:
-                        fn = cuda_graph(call)
+                    if mode.endswith("CUDA graph"):
+                        fn = fn()  # captured here, so that a capture that fails is this row's error
                     t = time_ms(fn, iters)
                     row.update(median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms, iters=t.iters)
                     if who == "transformers":
