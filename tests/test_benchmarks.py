@@ -180,3 +180,41 @@ def test_gemm_classes_summary_meets_the_targets_only_with_every_class_served_and
     unserved[-1] = {**unserved[-1], "route": "fallback", "vs_cublas": None}
     summary = {s["group"]: s for s in bench.summarise(unserved)}
     assert summary["all"]["not_served"] == 1 and not summary["all"]["met"] and not summary["bf16 nn"]["met"]
+
+
+def test_cluster_gemm_experiment_multicasts_into_slots_both_ctas_released():
+    """benchmarks/gemm_cluster_sm90.py's hand schedule, lowered for sm_90a: rank 0 multicasts the shared operand, a
+    slot's empty barrier counts the consumer warpgroups of both CTAs (each arrives on the barrier of every CTA of the
+    cluster), and the CTAs leave together. TileLang's own pipeline, given the same multicast, releases a slot on the
+    local consumers alone (the reason the experiment schedules by hand)."""
+    import re
+
+    import tilelang.language as T
+
+    b = _load("gemm_cluster_sm90")
+    for share in ("a", "b"):
+        src = b.cuda_source(b.manual(2048, 1024, 4096, share=share))
+        assert src.count("tma_load_multicast") == 1
+        assert re.findall(r"empty\[\d\]\.init\((\d+)\)", src) == ["4"] * 4  # 2 consumer warpgroups x 2 CTAs
+        assert "empty[(k_1 & 3)].arrive((((int)threadIdx.x) & 127));" in src  # to CTA rank tx % 128 (0 or 1)
+        assert src.rsplit("tl::cluster_sync();", 1)[1].strip() == "}"  # the kernel's last statement
+    M, N, K, BM, BN, BK = 2048, 1024, 4096, 128, 128, 64
+
+    @T.prim_func
+    def auto_multicast(A: T.Tensor((M, K), "bfloat16"), B: T.Tensor((N, K), "bfloat16"), C: T.Tensor((M, N), "bfloat16")):
+        with T.Kernel(N // BN, M // BM, threads=256, cluster_dims=(2, 1, 1)) as (bx, by):
+            A_s = T.alloc_shared((BM, BK), "bfloat16")
+            B_s = T.alloc_shared((BN, BK), "bfloat16")
+            C_l = T.alloc_fragment((BM, BN), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(K // BK, num_stages=4):
+                T.copy_cluster(A[by * BM, k * BK], A_s, cluster_mask=0b11)
+                T.copy(B[bx * BN, k * BK], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            T.copy(C_l, C[by * BM, bx * BN])
+
+    src = b.cuda_source(auto_multicast)
+    assert src.count("tma_load_multicast") == 1
+    # its slots' empty barriers: local, one arrival per consumer thread of this CTA, nothing sent to the peer
+    assert re.findall(r"mbarrier\[[4-7]\]\.init\((\d+)\)", src) == ["256"] * 4
+    assert not re.search(r"\.arrive\([^)]", src.split("tma_load_multicast")[1])
