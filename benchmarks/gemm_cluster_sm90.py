@@ -31,8 +31,10 @@ ACCUM = "float32"
 WARPGROUP, PRODUCER_THREADS = 128, 32
 
 
-def manual(M, N, K, *, BM=128, BN=128, BK=64, S=4, share="a"):
-    """share: 'a' (cluster of 2 along N: rank 0 multicasts A), 'b' (along M: rank 0 multicasts B), 'none' (cluster 1)."""
+def manual(M, N, K, *, BM=128, BN=128, BK=64, S=4, share="a", depth=0):
+    """share: 'a' (cluster of 2 along N: rank 0 multicasts A), 'b' (along M: rank 0 multicasts B), 'none' (cluster 1).
+    depth: wgmma groups a consumer leaves in flight -- 0: each K step's products are waited for before its slot is
+    released; 1: step k's products are issued before step k - 1's are waited for (and its slot released)."""
     k_tiles = (K + BK - 1) // BK
     ROWS = BM // 2
     cl = 2 if share != "none" else 1
@@ -74,9 +76,16 @@ def manual(M, N, K, *, BM=128, BN=128, BK=64, S=4, share="a"):
                 for k in T.serial(k_tiles):
                     T.barrier_wait(full[k % S], (k // S) % 2)
                     T.wgmma_gemm(A_ring[k % S, 0:ROWS, :], B_ring[k % S, :, :], C_0, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                    if depth:
+                        T.wait_wgmma(1)
+                        if k > 0 and tx % WARPGROUP < cl:
+                            T.mbarrier_arrive(empty[(k - 1) % S], tx % WARPGROUP)
+                    else:
+                        T.wait_wgmma(0)
+                        if tx % WARPGROUP < cl:
+                            T.mbarrier_arrive(empty[k % S], tx % WARPGROUP)
+                if depth:
                     T.wait_wgmma(0)
-                    if tx % WARPGROUP < cl:
-                        T.mbarrier_arrive(empty[k % S], tx % WARPGROUP)
                 T.copy(C_0, C[row0, col0])
             else:
                 T.inc_max_nreg(240)
@@ -84,9 +93,16 @@ def manual(M, N, K, *, BM=128, BN=128, BK=64, S=4, share="a"):
                 for k in T.serial(k_tiles):
                     T.barrier_wait(full[k % S], (k // S) % 2)
                     T.wgmma_gemm(A_ring[k % S, ROWS:2 * ROWS, :], B_ring[k % S, :, :], C_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                    if depth:
+                        T.wait_wgmma(1)
+                        if k > 0 and tx % WARPGROUP < cl:
+                            T.mbarrier_arrive(empty[(k - 1) % S], tx % WARPGROUP)
+                    else:
+                        T.wait_wgmma(0)
+                        if tx % WARPGROUP < cl:
+                            T.mbarrier_arrive(empty[k % S], tx % WARPGROUP)
+                if depth:
                     T.wait_wgmma(0)
-                    if tx % WARPGROUP < cl:
-                        T.mbarrier_arrive(empty[k % S], tx % WARPGROUP)
                 T.copy(C_1, C[row0 + ROWS, col0])
             T.cluster_sync()
 
@@ -139,7 +155,9 @@ VARIANTS = [("auto 128x128 s4 sw8", lambda M, N, K: auto(M, N, K)),
                 ("manual 128x128 s4 no cluster", lambda M, N, K: manual(M, N, K, share="none")),
                 ("manual 128x128 s4 multicast A (2x1)", lambda M, N, K: manual(M, N, K, share="a")),
                 ("manual 128x128 s4 multicast B (1x2)", lambda M, N, K: manual(M, N, K, share="b")),
-                ("manual 128x256 s3 multicast B (1x2)", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b"))]
+                ("manual 128x256 s3 multicast B (1x2)", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b")),
+    ("manual 128x128 s4 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, share="b", depth=1)),
+    ("manual 128x256 s3 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b", depth=1))]
 TARGET = {"kind": "cuda", "arch": "sm_90a"}
 
 
