@@ -188,7 +188,7 @@ def compiled_calls(ops, t: dict[str, torch.Tensor]) -> dict[str, tuple]:
         "linear": (lambda: tw.gemm_nograd.default(t["x"], t["w"], "nt", torch.bfloat16, "", h),
                    lambda: linear(t["x"])),
         "rmsnorm": (lambda: tw.rmsnorm_nograd.default(t["x"], t["wn"], 1e-5, h), lambda: norm(t["x"])),
-        "rope": (lambda: tw.rope_nograd.default(t["q"], t["k"], t["cos"], t["sin"], h), lambda: rope(t["q"], t["k"])),
+        "rope": (lambda: tw.rope_nograd.default(t["q"], t["k"], t["cos"], t["sin"], "half", h), lambda: rope(t["q"], t["k"])),
         "attention_decode": (lambda: tw.attention_decode_nograd.default(t["qd"], t["kd"], t["kd"], "none", 0.125, h),
                              lambda: decode(t["qd"])),
         "add_rmsnorm": (lambda: tw.add_rmsnorm_nograd.default(t["x"], t["r"], t["wn"], 1e-5, h),

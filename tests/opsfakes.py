@@ -130,9 +130,10 @@ def rope_kernel(inst, shape):
         _expect(tuple(Q.shape) == (t, h, inst.head_dim) and tuple(K.shape) == (t, kvh, inst.head_dim), "rope Q, K")
         _expect(QO.shape == Q.shape and KO.shape == K.shape, "rope outputs")
         half = inst.rotary_dim // 2
+        _expect(tuple(COS.shape) == (t, inst.rotary_dim if inst.full_tables else half), "rope tables")
         for x, out in ((Q, QO), (K, KO)):
             x = x.double()
-            c, s = COS.double()[:, None, :], SIN.double()[:, None, :]
+            c, s = COS[:, :half].double()[:, None, :], SIN[:, :half].double()[:, None, :]
             x1, x2 = x[..., :half], x[..., half:inst.rotary_dim]
             y = x.clone()
             y[..., :half] = x1 * c - x2 * s

@@ -93,6 +93,19 @@ SPECS = f"""\
   vector: 8
   tail: predicated
   targets: [sm_90]
+- name: rope_full
+  op: rope
+  dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
+  shapes:
+    - {{tokens: {PREFILL}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
+    - {{tokens: {BATCH}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
+  head_dim: {HEAD_DIM}
+  rotary_dim: {HEAD_DIM}
+  tables: full
+  threads: 32
+  vector: 8
+  tail: predicated
+  targets: [sm_90]
 - name: prefill
   op: attention
   dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
@@ -145,12 +158,14 @@ def _pos(rotary, x, positions):
     return rotary(x, positions)
 
 
-@pytest.mark.parametrize("fuse", [False, True])
-def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_is_caught(ops, layer, fuse):
+@pytest.mark.parametrize(("fuse", "tables"), [(False, "full"), (True, "full"), (False, "half")])
+def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_is_caught(ops, layer, fuse, tables):
     layer, rotary = layer
     ops.reset_stats()
     ours = patch_llama_layer(copy.deepcopy(layer), ops, fuse=fuse)
     assert type(ours.self_attn).__name__ == "TilegenLlamaAttention"
+    assert ours.self_attn.full_tables  # the project has a rope spec of transformers' own tables at this head dim
+    ours.self_attn.full_tables = tables == "full"  # "half": the fp32 half tables of the other rope spec
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, PREFILL, HIDDEN, generator=g).to(torch.bfloat16)
     pe = _pos(rotary, x, torch.arange(PREFILL)[None])
@@ -174,6 +189,8 @@ def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_i
         torch.testing.assert_close(got_d, want_d, atol=0.06, rtol=0.05)
         torch.testing.assert_close(caches["bshd"].k[0], caches["bhsd"].k[0].transpose(1, 2), atol=0.02, rtol=0.02)
     routes = {(s.op, s.route) for s in ops.stats()}
+    assert {("tables=full" in s.want, s.kernel.startswith("rope_bf16_d64_r64_tf_")) for s in ops.stats()
+            if s.op == "rope"} == {(tables == "full",) * 2}
     fused = {("add_rmsnorm", "spec"), ("gated_mlp", "spec"), ("gated_mlp", "dynamic"), ("gemm_epilogue", "spec"),
              ("gemm_epilogue", "dynamic")}
     assert routes == {("gemm", "spec"), ("gemm", "dynamic"), ("rmsnorm", "spec"), ("rope", "spec"),
@@ -183,8 +200,8 @@ def test_patched_layer_matches_transformers_prefill_and_decode_and_a_broken_op_i
         def __getattr__(self, name):
             return getattr(ops, name)
 
-        def rope(self, q, k, cos, sin):
-            return ops.rope(q, k, cos, -sin)
+        def rope(self, q, k, cos, sin, **tables):
+            return ops.rope(q, k, cos, -sin, **tables)
 
     broken = patch_llama_layer(copy.deepcopy(layer), WrongWayRope(), fuse=fuse)
     with torch.no_grad():

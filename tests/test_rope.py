@@ -38,6 +38,8 @@ BASE = """\
 # partial rotary (NeoX / Phi style), multi-head: 64 heads x 4 pairs = 256 rotation items, 64 x 8 = 512 pass-through
 PARTIAL = edit(edit(edit(BASE, "rotary_dim: 128", "rotary_dim: 64"), "threads: 64", "threads: 128"),
                "kv_heads: 8", "kv_heads: 32")
+# cos/sin as transformers' rotary embedding returns them: [tokens, rotary_dim] fp16, each angle twice
+FULL = edit(BASE, "tail: none", "tables: full\n  tail: none")
 
 
 def test_base_spec_is_valid():
@@ -107,7 +109,7 @@ def test_threads_and_tail_policy():
 def test_distinct_instances_get_distinct_uris():
     variants = [BASE, PARTIAL, edit(BASE, "input: fp16, out: fp16", "input: bf16, out: bf16"),
                 edit(BASE, "vector: 8", "vector: 4"), edit(BASE, "tail: none", "tail: predicated"),
-                edit(BASE, "threads: 64", "threads: 320")]
+                edit(BASE, "threads: 64", "threads: 320"), FULL]
     uris = [f.uri for v in variants for f in render_all(build_instances(parse_specs(v, FILE)))]
     assert len(set(uris)) == len(uris)
 
@@ -162,6 +164,37 @@ def test_partial_rotary_copies_the_rest(target):
     src = _lowered(PARTIAL, target, (4, 32, 32))
     assert len(re.findall(r"\*\(uint4\*\)\((?:Q|K) \+ ", src)) == 2 * 2 + 4
     assert len(re.findall(r"\*\(uint4\*\)\((?:Q_OUT|K_OUT) \+ ", src)) == 2 * 2 + 4
+
+
+@pytest.mark.parametrize("target", ["gfx942", "sm_90"])
+def test_full_tables_are_read_in_the_input_dtype_at_rotary_dim_a_row(target):
+    # the same item loops; each thread's cos and sin: one 16-byte load of 8 fp16 from the first half of its token's
+    # row of 128 (the half tables: two of fp32 from a row of 64)
+    full, half = _lowered(FULL, target, (16, 32, 8)), _lowered(BASE, target, (16, 32, 8))
+    assert len(re.findall(r"\*\(uint4\*\)\(Q \+ ", full)) == 8 and len(re.findall(r"\*\(uint4\*\)\(K_OUT \+ ", full)) == 2
+    assert re.findall(r"\*\(uint4\*\)\((COS|SIN) \+ \(+\(int\)blockIdx\.x\) \* 128\)", full) == ["COS", "SIN"]
+    assert re.findall(r"\*\(float4\*\)\((COS|SIN) \+ \(+\(int\)blockIdx\.x\) \* 64\)", half) == ["COS", "SIN"]
+    inst = build_instances(parse_specs(FULL, FILE))[0]
+    assert (inst.full_tables, inst.table_dtype, inst.tables.value) == (True, "float16", "full")
+    assert "_tf_" in inst.uri() and "_tf_" not in build_instances(parse_specs(BASE, FILE))[0].uri()
+
+
+@pytest.mark.parametrize("kind", ["normal", "wide"])
+def test_full_tables_verify_and_a_kernel_reading_half_width_rows_fails(kind):
+    inst = next(i for i in build_instances(parse_specs(FULL, FILE)) if i.target.value == "sm_90")
+    shape = (6, 32, 8)
+    case = ROPE.make_inputs(inst, shape, seed=0, kind=kind, device="cpu", run_target=inst.target)
+    assert case.COS.dtype == torch.float16 and case.COS.shape == (6, 128)
+    assert torch.equal(case.COS[:, :64], case.COS[:, 64:]) and torch.equal(case.SIN[:, :64], case.SIN[:, 64:])
+    status, cmp, controls = check_output(inst, shape, lambda case, ref: ref, kind=kind)
+    assert status == "verified" and set(controls.values()) == {"rejected"}, (cmp, controls)
+
+    def half_width_rows(case, ref):  # the tables read as [tokens, 64] rows: token t gets row t // 2's halves
+        cos, sin = (x.flatten()[: 6 * 64].view(6, 64).float() for x in (case.COS, case.SIN))
+        q, k = (rope32(x, cos, sin, 128) for x in (case.Q32, case.K32))
+        return torch.cat((q.reshape(-1, 128), k.reshape(-1, 128)))
+
+    assert check_output(inst, shape, half_width_rows, kind=kind)[0] != "verified"
 
 
 def test_tables_reloaded_per_item_when_pairs_do_not_divide_threads():

@@ -807,8 +807,12 @@ class NormAdapter(Adapter):
 class RopeArgs(NamedTuple):
     q: object
     k: object
-    cos: object  # [tokens, rotary_dim / 2] fp32
+    cos: object  # [tokens, rotary_dim / 2] fp32; tables "full": [tokens, rotary_dim] in q's dtype, each angle twice
     sin: object
+    tables: str = "half"
+
+
+ROPE_TABLES = ("half", "full")
 
 
 class RopeAdapter(Adapter):
@@ -821,24 +825,31 @@ class RopeAdapter(Adapter):
         i, o, acc = inst.spec_dtypes
         if acc != ACCUMULATE:
             return None
-        return Want("rope", (("dtypes", f"{i}/{o}"), ("head_dim", inst.head_dim), ("rotary_dim", inst.rotary_dim)))
+        tables = (("tables", "full"),) if inst.full_tables else ()
+        return Want("rope", (("dtypes", f"{i}/{o}"), ("head_dim", inst.head_dim), ("rotary_dim", inst.rotary_dim),
+                             *tables))
 
     def call(self, ctx: Ctx, args: RopeArgs) -> tuple[Want, tuple]:
         op = "rope"
+        _require(args.tables in ROPE_TABLES, op, lambda: f"tables={args.tables!r}: one of {', '.join(ROPE_TABLES)}")
+        full = args.tables == "full"
         check_tensor(ctx, op, "q", args.q, ndim=3)
         check_tensor(ctx, op, "k", args.k, ndim=3, dtype=args.q.dtype, like=args.q)
         for name, t in (("cos", args.cos), ("sin", args.sin)):
-            check_tensor(ctx, op, name, t, ndim=2, dtype=torch.float32, like=args.q)
+            check_tensor(ctx, op, name, t, ndim=2, dtype=args.q.dtype if full else torch.float32, like=args.q)
         t, h, d = args.q.shape
         _require(args.k.shape[0] == t and args.k.shape[2] == d, op,
                  lambda: f"q ({_shape(args.q)}) and k ({_shape(args.k)}) must share tokens and head_dim")
         _require(tuple(args.sin.shape) == tuple(args.cos.shape), op, lambda: f"cos ({_shape(args.cos)}) and sin "
                                                                      f"({_shape(args.sin)}) differ")
-        half = args.cos.shape[1]
-        _require(args.cos.shape[0] == t and 0 < 2 * half <= d, op,
-                 lambda: f"cos/sin must be [tokens={t}, rotary_dim/2] with rotary_dim <= head_dim={d}, not {_shape(args.cos)}")
+        rotary = args.cos.shape[1] if full else 2 * args.cos.shape[1]
+        layout = "rotary_dim (tables='full': each angle twice)" if full else "rotary_dim/2"
+        _require(args.cos.shape[0] == t and 0 < rotary <= d and rotary % 2 == 0, op,
+                 lambda: f"cos/sin must be [tokens={t}, {layout}] with an even rotary_dim <= head_dim={d}, not "
+                         f"{_shape(args.cos)}")
         dt = ctx.dtype_name(op, "q", args.q.dtype)
-        want = Want(op, (("dtypes", f"{dt}/{dt}"), ("head_dim", d), ("rotary_dim", 2 * half)))
+        tables = (("tables", "full"),) if full else ()
+        want = Want(op, (("dtypes", f"{dt}/{dt}"), ("head_dim", d), ("rotary_dim", rotary), *tables))
         return want, (t, h, args.k.shape[1])
 
     def case_type(self):
@@ -872,9 +883,11 @@ class RopeAdapter(Adapter):
     def fallback(self, ctx: Ctx, args: RopeArgs):
         from codegen.families.rope.numerics import rope32
 
-        r = 2 * args.cos.shape[1]
-        q = rope32(args.q.float(), args.cos, args.sin, r).to(args.q.dtype)
-        k = rope32(args.k.float(), args.cos, args.sin, r).to(args.k.dtype)
+        full = args.tables == "full"
+        r = args.cos.shape[1] if full else 2 * args.cos.shape[1]
+        cos, sin = (args.cos[:, : r // 2].float(), args.sin[:, : r // 2].float()) if full else (args.cos, args.sin)
+        q = rope32(args.q.float(), cos, sin, r).to(args.q.dtype)
+        k = rope32(args.k.float(), cos, sin, r).to(args.k.dtype)
         return q.contiguous(), k.contiguous()
 
     def fake(self, ctx: Ctx, args: RopeArgs):

@@ -266,12 +266,14 @@ class Ops:
             return self.run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, float(eps), residual))
         return _custom_op("add_rmsnorm_fp8", x, residual, weight, float(eps), self.handle)
 
-    def rope(self, q, k, cos, sin):
+    def rope(self, q, k, cos, sin, *, tables: str = "half"):
         """Rotary embedding (rotate_half, NeoX/Llama) of q [tokens, heads, head_dim] and k [tokens, kv_heads,
-        head_dim] with cos, sin [tokens, rotary_dim/2] in fp32; (q_out, k_out), out of place."""
+        head_dim]; (q_out, k_out), out of place. tables "half": cos, sin [tokens, rotary_dim/2] in fp32; "full":
+        [tokens, rotary_dim] in q's dtype, each angle twice, as transformers' rotary embedding returns them
+        (served by specs with `tables: full`)."""
         if _direct(q, k, cos, sin):
-            return self.run_op("rope", RopeArgs(q, k, cos, sin))
-        return _custom_op("rope", q, k, cos, sin, self.handle)
+            return self.run_op("rope", RopeArgs(q, k, cos, sin, tables))
+        return _custom_op("rope", q, k, cos, sin, tables, self.handle)
 
     def attention(self, q, k, v, *, causal=False, scale: float | None = None):
         """softmax(scale * q.k^T [masked]) . v -- q, output [batch, seq_q, heads, head_dim], k, v [batch, seq_kv,

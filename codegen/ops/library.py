@@ -171,15 +171,15 @@ def _(x, residual, weight, eps, handle):
 
 
 @_op("rope")
-def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, tables: str,
          handle: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(Q_out, K_out)."""
-    return lookup(handle).run_op("rope", RopeArgs(q, k, cos, sin))
+    return lookup(handle).run_op("rope", RopeArgs(q, k, cos, sin, tables))
 
 
 @_fake("rope")
-def _(q, k, cos, sin, handle):
-    return lookup(handle).fake_op("rope", RopeArgs(q, k, cos, sin))
+def _(q, k, cos, sin, tables, handle):
+    return lookup(handle).fake_op("rope", RopeArgs(q, k, cos, sin, tables))
 
 
 @_op("attention")

@@ -7,7 +7,8 @@ What is swapped, and what stays:
   is added by torch after the kernel);
 - input_layernorm and post_attention_layernorm: `TilegenRMSNorm` (ops.rmsnorm with the module's eps);
 - self_attn: `TilegenLlamaAttention` -- the four projections, ops.rope on the cos/sin transformers computes
-  (position_embeddings; rotate_half, the first half of each table row), and ops.attention (causal top-left
+  (position_embeddings, as they are where the project has a rope spec of `tables: full` at the head dim; else the
+  first half of each row, as fp32 tables), and ops.attention (causal top-left
   over the tokens of the call) or, with a KVCache and one query token, ops.attention_decode over the cache;
 - the residual adds, the SiLU and the gate product stay transformers' torch code.
 The layer's forward is transformers' own, unchanged -- unless `fuse=True`: then the layer's forward is replaced
@@ -142,6 +143,10 @@ class TilegenLlamaAttention(nn.Module):
         self.returns = returns
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, TilegenLinear(getattr(attn, name), ops))
+        # RoPE on transformers' own cos/sin ([b, s, head_dim], each angle twice) where the project has a rope kernel
+        # of full tables at this head_dim; else the first half of each row as fp32 tables (two conversions a call)
+        self.full_tables = any(w.op == "rope" and dict(w.params).get("tables") == "full"
+                               and dict(w.params).get("rotary_dim") == self.head_dim for w in ops.kernels())
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, **kwargs):
         if position_embeddings is None:
@@ -164,10 +169,13 @@ class TilegenLlamaAttention(nn.Module):
         if cos.shape[-1] != d:
             raise OpsInputError(f"TilegenLlamaAttention: cos/sin rows of {cos.shape[-1]}, head_dim {d}: "
                                 "partial rotary embeddings are not wired here")
-        half = d // 2  # rotate_half tables hold each angle twice: the first half is the rope op's table
-        cos_t = cos[..., :half].float().expand(b, s, half).reshape(b * s, half).contiguous()
-        sin_t = sin[..., :half].float().expand(b, s, half).reshape(b * s, half).contiguous()
-        q, k = self.ops.rope(q, k, cos_t, sin_t)
+        if self.full_tables and cos.dtype == q.dtype and cos.shape[0] == b:
+            q, k = self.ops.rope(q, k, cos.reshape(b * s, d), sin.reshape(b * s, d), tables="full")
+        else:
+            half = d // 2  # rotate_half tables hold each angle twice: the first half is the half tables' row
+            cos_t = cos[..., :half].float().expand(b, s, half).reshape(b * s, half).contiguous()
+            sin_t = sin[..., :half].float().expand(b, s, half).reshape(b * s, half).contiguous()
+            q, k = self.ops.rope(q, k, cos_t, sin_t)
         q, k = q.view(b, s, h, d), k.view(b, s, kvh, d)
         if cache is None:
             o = self.ops.attention(q, k, v, causal=s > 1, scale=self.scaling)

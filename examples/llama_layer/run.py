@@ -231,8 +231,8 @@ class _Broken:
 class WrongWayRope(_Broken):
     """RoPE rotating the other way (sin negated): q and k at the wrong angles."""
 
-    def rope(self, q, k, cos, sin):
-        return self._ops.rope(q, k, cos, -sin)
+    def rope(self, q, k, cos, sin, **tables):
+        return self._ops.rope(q, k, cos, -sin, **tables)
 
 
 class DroppedKTile(_Broken):

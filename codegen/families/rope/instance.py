@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
-from codegen.families.rope.spec import RopeSpec
+from codegen.families.rope.spec import RopeSpec, RopeTables
 from codegen.families.spec import TailPolicy
 from codegen.targets.base import TargetSpec
 
-TABLE_DTYPE = DType.FP32  # cos and sin: fp32, as serving stacks keep them (FlashInfer's cos_sin_cache)
+TABLE_DTYPE = DType.FP32  # cos and sin of `tables: half`: fp32, as serving stacks keep them (FlashInfer's cos_sin_cache)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +30,7 @@ class RopeInstance(InstanceBase):
     out_dtype: str
     accum_dtype: str
     table_dtype: str  # cos, sin
+    full_tables: bool | None = None  # tables: full (cos, sin [tokens, rotary_dim] in the input dtype); None: half
     spec_dtypes: tuple[str, str, str]  # input, out, accumulate as written in the spec
     head_dim: int
     rotary_dim: int
@@ -45,19 +47,32 @@ class RopeInstance(InstanceBase):
     lds_bytes: int  # 0: every value lives in registers
     tilelang_target: tuple[tuple[str, str], ...]
 
+    # tables: half, the family's first form, is written to the canonical form as nothing (kernels keep their names)
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("full_tables",)
+
+    @property
+    def tables(self) -> RopeTables:
+        return RopeTables.FULL if self.full_tables else RopeTables.HALF
+
     def template_vars(self) -> dict[str, object]:
-        return {"target_literal": repr(dict(self.tilelang_target)), "guarded": self.tail == TailPolicy.PREDICATED}
+        return {"target_literal": repr(dict(self.tilelang_target)), "guarded": self.tail == TailPolicy.PREDICATED,
+                "full_tables": bool(self.full_tables), "table_width": "ROTARY_DIM" if self.full_tables else "HALF"}
 
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
         return {
             "uri": uri, "name": self.name, "op": self.op, "target": self.target.value,
-            "dtypes": {"input": i, "out": o, "accumulate": acc, "cos_sin": TABLE_DTYPE.value},
+            "dtypes": {"input": i, "out": o, "accumulate": acc, "cos_sin": self.table_spec_dtype},
             "shapes": [dict(zip(("tokens", "heads", "kv_heads"), s, strict=True)) for s in self.shapes],
             "head_dim": self.head_dim, "rotary_dim": self.rotary_dim, "threads": self.threads,
             "vector": self.vector, "tail": self.tail.value, "allow_spills": self.allow_spills,
             "min_waves_per_simd": self.min_waves_per_simd, "lds_bytes": self.lds_bytes,
-        }
+        } | ({"tables": "full"} if self.full_tables else {})
+
+    @property
+    def table_spec_dtype(self) -> str:
+        """cos and sin's dtype as a spec writes it."""
+        return self.spec_dtypes[0] if self.full_tables else TABLE_DTYPE.value
 
     def summary(self) -> dict[str, str]:
         return {"dtypes": self.dtype_label(), "layout": "thd",
@@ -79,7 +94,8 @@ class RopeInstance(InstanceBase):
         """A readable procedural name of what changes the generated code (the target and the template
         hash are added by the kernel's URI)."""
         dt = dtype_tag(*self.spec_dtypes[:2])
-        return f"rope_{dt}_d{self.head_dim}_r{self.rotary_dim}_t{self.threads}_v{self.vector}{tail_tag(self.tail)}"
+        tables = "_tf" if self.full_tables else ""
+        return f"rope_{dt}_d{self.head_dim}_r{self.rotary_dim}{tables}_t{self.threads}_v{self.vector}{tail_tag(self.tail)}"
 
 
 def make_instance(spec: RopeSpec, target: TargetSpec, spec_file: str) -> RopeInstance:
@@ -91,7 +107,9 @@ def make_instance(spec: RopeSpec, target: TargetSpec, spec_file: str) -> RopeIns
         name=spec.name, target=target.target, spec_file=spec_file,
         shapes=tuple((s.tokens, s.heads, s.kv_heads) for s in spec.shapes),
         in_dtype=hw.tilelang_dtypes[d.input], out_dtype=hw.tilelang_dtypes[d.out],
-        accum_dtype=hw.tilelang_dtypes[d.accumulate], table_dtype=hw.tilelang_dtypes[TABLE_DTYPE],
+        accum_dtype=hw.tilelang_dtypes[d.accumulate],
+        table_dtype=hw.tilelang_dtypes[d.input if spec.tables == RopeTables.FULL else TABLE_DTYPE],
+        full_tables=True if spec.tables == RopeTables.FULL else None,
         spec_dtypes=(d.input.value, d.out.value, d.accumulate.value),
         head_dim=spec.head_dim, rotary_dim=spec.rotary_dim, half=half, pairs=pairs,
         pass_vectors=(spec.head_dim - spec.rotary_dim) // spec.vector,

@@ -20,7 +20,7 @@ from codegen.families.rows import RowTolerance
 from codegen.families.spec import TailPolicy
 from codegen.targets import torch_dtype
 
-TABLE_BYTES = 4  # cos and sin are fp32
+TABLE_BYTES = 4  # cos and sin of tables: half are fp32
 TOLERANCE_MODEL = "5*(|x1*cos| + |x2*sin|) for out1, 5*(|x2*cos| + |x1*sin|) for out2"  # mag of rope_reference, for reports
 # RoPE bases of the two input kinds: Llama-2 / NeoX 10000; Llama-3 500000
 BASE = {"normal": 10000.0, "wide": 500000.0}
@@ -36,11 +36,12 @@ def rope_flops(inst, shape) -> float:
 
 
 def rope_bytes(inst, shape) -> float:
-    """Compulsory DRAM traffic: read Q and K once, write Q_out and K_out once, read the token's cos
-    and sin rows (fp32, rotary_dim/2 each) once."""
+    """Compulsory DRAM traffic: read Q and K once, write Q_out and K_out once, read the rotary_dim/2 angles of the
+    token's cos and sin rows once (fp32; full tables: in the input dtype, the first half of each row)."""
     t, h, kvh = shape
     i, o = DType(inst.spec_dtypes[0]), DType(inst.spec_dtypes[1])
-    return float(t * (h + kvh) * inst.head_dim * (DTYPE_BYTES[i] + DTYPE_BYTES[o]) + t * inst.rotary_dim * TABLE_BYTES)
+    table_bytes = DTYPE_BYTES[i] if inst.full_tables else TABLE_BYTES
+    return float(t * (h + kvh) * inst.head_dim * (DTYPE_BYTES[i] + DTYPE_BYTES[o]) + t * inst.rotary_dim * table_bytes)
 
 
 def rope_derived_shapes(inst) -> list[tuple[int, int, int]]:
@@ -57,7 +58,7 @@ def rope_derived_shapes(inst) -> list[tuple[int, int, int]]:
 class RopeCase:
     Q: object  # stored inputs (device, input dtype)
     K: object
-    COS: object  # [tokens, rotary_dim/2], fp32
+    COS: object  # [tokens, rotary_dim/2], fp32; full tables: [tokens, rotary_dim] in the input dtype ([c, c])
     SIN: object
     Q32: object  # the same rounded values in fp32
     K32: object
@@ -74,10 +75,18 @@ def rope_tables(positions, rotary_dim: int, base: float):
     return angle.cos().float(), angle.sin().float()
 
 
+def tables32(inst, case: RopeCase):
+    """cos and sin [tokens, rotary_dim/2] in fp32 as the kernel reads them (full tables: the first half of each row,
+    whose values the input dtype already rounded): what the references compute with."""
+    half = inst.rotary_dim // 2
+    return case.COS[:, :half].float(), case.SIN[:, :half].float()
+
+
 def rope_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target) -> RopeCase:
     """'normal': Q, K ~ N(0,1), positions in [0, 8192), base 10000. 'wide': each (token, head) vector
     scaled by e^[-3, 3] (outputs of different sizes), positions in [0, 2^20), base 500000 (Llama-3):
-    large angles. Q and K rounded to the input dtype; the tables are fp32."""
+    large angles. Q and K rounded to the input dtype; the tables are fp32, or (full tables) each row's angles
+    twice in the input dtype, as transformers' rotary embedding returns them."""
     import torch
 
     t, h, kvh = shape
@@ -92,6 +101,8 @@ def rope_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target
     cos, sin = rope_tables(positions, inst.rotary_dim, BASE[kind])
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
     qq, kq = q.to(dt), k.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
+    if inst.full_tables:
+        cos, sin = torch.cat((cos, cos), dim=-1).to(dt), torch.cat((sin, sin), dim=-1).to(dt)
     return RopeCase(Q=qq.to(device), K=kq.to(device), COS=cos.to(device), SIN=sin.to(device),
                     Q32=qq.float().to(device), K32=kq.float().to(device), positions=positions)
 
@@ -135,8 +146,9 @@ def rope_reference(inst, case: RopeCase):
     most u_acc*(|p1| + |p2|) + u_acc*|out| <= 2*u_acc*(|p1| + |p2|) from the exact value; the fp32
     reference as much again, in either direction: 4. The fifth covers rounding to the output dtype a
     value those errors moved (the u_out term is taken of |ref|, not of the kernel's fp32 value)."""
-    q, qm = rope32(case.Q32, case.COS, case.SIN, inst.rotary_dim, stats=True)
-    k, km = rope32(case.K32, case.COS, case.SIN, inst.rotary_dim, stats=True)
+    cos, sin = tables32(inst, case)
+    q, qm = rope32(case.Q32, cos, sin, inst.rotary_dim, stats=True)
+    k, km = rope32(case.K32, cos, sin, inst.rotary_dim, stats=True)
     return _flat(q, k), _flat(qm, km)
 
 
@@ -147,7 +159,7 @@ def rope_controls(inst, case: RopeCase, ref) -> dict[str, object]:
     that part not copied (zeros)."""
     import torch
 
-    rd, cos, sin = inst.rotary_dim, case.COS, case.SIN
+    rd, (cos, sin) = inst.rotary_dim, tables32(inst, case)
     controls = {
         "zeros": torch.zeros_like(ref),
         "sin_sign_flipped": _flat(rope32(case.Q32, cos, sin, rd, sign=-1.0), rope32(case.K32, cos, sin, rd, sign=-1.0)),
@@ -175,7 +187,7 @@ def rope_chunks(inst, case: RopeCase, max_elements: int):
 
     tokens, heads, d = case.Q.shape
     kv_heads = case.K.shape[1]
-    rd, cos, sin = inst.rotary_dim, case.COS, case.SIN
+    rd, (cos, sin) = inst.rotary_dim, tables32(inst, case)
     step = max(1, max_elements // max((heads + kv_heads) * d, 1))
     for t0 in range(0, tokens, step):
         t1 = min(tokens, t0 + step)
@@ -211,8 +223,9 @@ def rope_baselines(inst, case: RopeCase, out_dtype):
 
     rd, d = inst.rotary_dim, inst.head_dim
     dt = case.Q.dtype
-    cos = torch.cat((case.COS, case.COS), dim=-1).to(dt)[:, None, :]  # [tokens, 1, rotary_dim]
-    sin = torch.cat((case.SIN, case.SIN), dim=-1).to(dt)[:, None, :]
+    c32, s32 = tables32(inst, case)
+    cos = torch.cat((c32, c32), dim=-1).to(dt)[:, None, :]  # [tokens, 1, rotary_dim]
+    sin = torch.cat((s32, s32), dim=-1).to(dt)[:, None, :]
 
     def rotate_half(x):
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
