@@ -226,6 +226,7 @@ def run(out, shapes):
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
             rows.append(row)
+            print(row, flush=True)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "gemm_cluster_sm90.json"), "w") as f:
         json.dump(rows, f, indent=1)
