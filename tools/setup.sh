@@ -2,7 +2,7 @@
 # Set up a fresh machine for tilegen: a project venv (.venv) with tilegen and its dependencies, and
 # the offline gfx942 device toolchain (.toolchain/). Idempotent.
 #   bash tools/setup.sh          # what `tilegen run` needs
-#   bash tools/setup.sh --dev    # + pytest, ruff and hypothesis (the test dependencies)
+#   bash tools/setup.sh --dev    # + pytest, ruff, hypothesis and transformers (the test dependencies)
 # torch: a torch the system Python already has is kept (the venv sees system site-packages);
 # otherwise the CPU-only torch 2.13.0 is installed -- never a multi-GB CUDA build on a machine
 # that has no NVIDIA GPU.
