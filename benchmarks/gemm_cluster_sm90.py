@@ -16,15 +16,23 @@ be reading the slot the multicast overwrites.)
 `run` checks each kernel against an fp32 product (max |err| / (|ref| + 1) < 2^-6), a negative control (B's rows
 rotated by one must fail that check) and 20 repeated calls that must agree bit for bit (a race between the
 multicast and the peer's reads would show there), then times them and cuBLAS by CUDA events with L2 flushed
-before every launch (medians of 50). Shapes must be whole tiles with an even number of tiles along the cluster.
+before every launch (`tilegen bench`'s method: codegen.run.bench.time_ms, medians). Shapes must be whole tiles with an even number of tiles along the cluster.
 """
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import tilelang
 import tilelang.language as T
 import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # a checkout where tilegen is not installed
+    sys.path.insert(0, str(ROOT))
+
+from codegen.run.bench import Timing, flush_bytes, time_ms
 
 A_DTYPE = B_DTYPE = OUT_DTYPE = "bfloat16"
 ACCUM = "float32"
@@ -39,6 +47,28 @@ def manual(M, N, K, *, BM=128, BN=128, BK=64, S=4, share="a", depth=0):
     ROWS = BM // 2
     cl = 2 if share != "none" else 1
     cdims = (2, 1, 1) if share == "a" else (1, 2, 1) if share == "b" else (1, 1, 1)
+
+    a_mask, b_mask = (0b11 if share == "a" else None), (0b11 if share == "b" else None)  # None: a unicast load
+
+    @T.macro
+    def consume(A_ring, B_ring, C_c, r0, full, empty, tx):
+        """A consumer warpgroup: rows r0 .. r0 + ROWS - 1 of the ring's A tiles, every slot released on both CTAs."""
+        T.inc_max_nreg(240)
+        T.clear(C_c)
+        for k in T.serial(k_tiles):
+            T.barrier_wait(full[k % S], (k // S) % 2)
+            T.wgmma_gemm(A_ring[k % S, r0:r0 + ROWS, :], B_ring[k % S, :, :], C_c, transpose_B=True,
+                         policy=T.GemmWarpPolicy.FullRow)
+            if depth:
+                T.wait_wgmma(1)
+                if k > 0 and tx % WARPGROUP < cl:
+                    T.mbarrier_arrive(empty[(k - 1) % S], tx % WARPGROUP)
+            else:
+                T.wait_wgmma(0)
+                if tx % WARPGROUP < cl:
+                    T.mbarrier_arrive(empty[k % S], tx % WARPGROUP)
+        if depth:
+            T.wait_wgmma(0)
 
     @T.prim_func
     def gemm_manual(A: T.Tensor((M, K), A_DTYPE), B: T.Tensor((N, K), B_DTYPE), C: T.Tensor((M, N), OUT_DTYPE)):
@@ -57,52 +87,16 @@ def manual(M, N, K, *, BM=128, BN=128, BK=64, S=4, share="a", depth=0):
                 if tx < PRODUCER_THREADS:
                     for k in T.serial(k_tiles):
                         T.barrier_wait(empty[k % S], (k // S + 1) % 2)
-                        if share == "a":
-                            T.tma_copy(A[row0:row0 + BM, k * BK:(k + 1) * BK], A_ring[k % S, :, :], barrier=full[k % S],
-                                       cluster_mask=0b11, leader_scope_threads=PRODUCER_THREADS)
-                        else:
-                            T.tma_copy(A[row0:row0 + BM, k * BK:(k + 1) * BK], A_ring[k % S, :, :], barrier=full[k % S],
-                                       leader_scope_threads=PRODUCER_THREADS)
-                        if share == "b":
-                            T.tma_copy(B[col0:col0 + BN, k * BK:(k + 1) * BK], B_ring[k % S, :, :], barrier=full[k % S],
-                                       cluster_mask=0b11, leader_scope_threads=PRODUCER_THREADS)
-                        else:
-                            T.tma_copy(B[col0:col0 + BN, k * BK:(k + 1) * BK], B_ring[k % S, :, :], barrier=full[k % S],
-                                       leader_scope_threads=PRODUCER_THREADS)
+                        T.tma_copy(A[row0:row0 + BM, k * BK:(k + 1) * BK], A_ring[k % S, :, :], barrier=full[k % S],
+                                   cluster_mask=a_mask, leader_scope_threads=PRODUCER_THREADS)
+                        T.tma_copy(B[col0:col0 + BN, k * BK:(k + 1) * BK], B_ring[k % S, :, :], barrier=full[k % S],
+                                   cluster_mask=b_mask, leader_scope_threads=PRODUCER_THREADS)
                         T.barrier_arrive(full[k % S])
             elif tx < 2 * WARPGROUP:
-                T.inc_max_nreg(240)
-                T.clear(C_0)
-                for k in T.serial(k_tiles):
-                    T.barrier_wait(full[k % S], (k // S) % 2)
-                    T.wgmma_gemm(A_ring[k % S, 0:ROWS, :], B_ring[k % S, :, :], C_0, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                    if depth:
-                        T.wait_wgmma(1)
-                        if k > 0 and tx % WARPGROUP < cl:
-                            T.mbarrier_arrive(empty[(k - 1) % S], tx % WARPGROUP)
-                    else:
-                        T.wait_wgmma(0)
-                        if tx % WARPGROUP < cl:
-                            T.mbarrier_arrive(empty[k % S], tx % WARPGROUP)
-                if depth:
-                    T.wait_wgmma(0)
+                consume(A_ring, B_ring, C_0, 0, full, empty, tx)
                 T.copy(C_0, C[row0, col0])
             else:
-                T.inc_max_nreg(240)
-                T.clear(C_1)
-                for k in T.serial(k_tiles):
-                    T.barrier_wait(full[k % S], (k // S) % 2)
-                    T.wgmma_gemm(A_ring[k % S, ROWS:2 * ROWS, :], B_ring[k % S, :, :], C_1, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                    if depth:
-                        T.wait_wgmma(1)
-                        if k > 0 and tx % WARPGROUP < cl:
-                            T.mbarrier_arrive(empty[(k - 1) % S], tx % WARPGROUP)
-                    else:
-                        T.wait_wgmma(0)
-                        if tx % WARPGROUP < cl:
-                            T.mbarrier_arrive(empty[k % S], tx % WARPGROUP)
-                if depth:
-                    T.wait_wgmma(0)
+                consume(A_ring, B_ring, C_1, ROWS, full, empty, tx)
                 T.copy(C_1, C[row0 + ROWS, col0])
             T.cluster_sync()
 
@@ -128,36 +122,22 @@ def auto(M, N, K, *, BM=128, BN=128, BK=64, S=4, swizzle=8):
     return gemm_auto
 
 
-FLUSH = None
+def bench(fn, flush) -> float:
+    """Median ms of `fn` by `tilegen bench`'s method (codegen.run.bench.time_ms: CUDA events, L2 flushed before
+    every launch)."""
+    return Timing.of(time_ms(fn, flush)).median_ms
 
 
-def bench(fn, iters=50):
-    global FLUSH
-    if FLUSH is None:
-        FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    for _ in range(5):
-        fn()
-    ts = []
-    for _ in range(iters):
-        FLUSH.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-VARIANTS = [("auto 128x128 s4 sw8", lambda M, N, K: auto(M, N, K)),
-                ("auto 128x256 s4 sw8", lambda M, N, K: auto(M, N, K, BN=256)),
-                ("manual 128x128 s4 no cluster", lambda M, N, K: manual(M, N, K, share="none")),
-                ("manual 128x128 s4 multicast A (2x1)", lambda M, N, K: manual(M, N, K, share="a")),
-                ("manual 128x128 s4 multicast B (1x2)", lambda M, N, K: manual(M, N, K, share="b")),
-                ("manual 128x256 s3 multicast B (1x2)", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b")),
+VARIANTS = [
+    ("auto 128x128 s4 sw8", lambda M, N, K: auto(M, N, K)),
+    ("auto 128x256 s4 sw8", lambda M, N, K: auto(M, N, K, BN=256)),
+    ("manual 128x128 s4 no cluster", lambda M, N, K: manual(M, N, K, share="none")),
+    ("manual 128x128 s4 multicast A (2x1)", lambda M, N, K: manual(M, N, K, share="a")),
+    ("manual 128x128 s4 multicast B (1x2)", lambda M, N, K: manual(M, N, K, share="b")),
+    ("manual 128x256 s3 multicast B (1x2)", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b")),
     ("manual 128x128 s4 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, share="b", depth=1)),
-    ("manual 128x256 s3 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b", depth=1))]
+    ("manual 128x256 s3 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b", depth=1)),
+]
 TARGET = {"kind": "cuda", "arch": "sm_90a"}
 
 
@@ -194,12 +174,14 @@ def run(out, shapes):
     compile_s = time.time() - t0
     print(f"compiled {len(jobs)} kernels in {compile_s:.0f} s", flush=True)
     rows = []
+    nflush = flush_bytes(torch.cuda.get_device_properties(0).L2_cache_size, "nvidia")
+    flush = torch.empty(nflush, dtype=torch.uint8, device="cuda")
     torch.manual_seed(0)
     for (M, N, K) in shapes:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
         ref = (a.float() @ b.float().T)
-        t_cublas = bench(lambda a=a, b=b: torch.matmul(a, b.T))
+        t_cublas = bench(lambda a=a, b=b: torch.matmul(a, b.T), flush)
         rows.append({"shape": f"{M}x{N}x{K}", "variant": "cuBLAS (torch.matmul)", "ms": t_cublas, "ok": True, "err": 0.0})
         for ((shape, (name, _)), (kern, error)) in zip(jobs, built):
             if shape != (M, N, K):
@@ -221,7 +203,7 @@ def run(out, shapes):
                         row["ok"] = False
                         row["nondeterministic"] = True
                         break
-                row["ms"] = bench(lambda kern=kern, a=a, b=b: kern(a, b))
+                row["ms"] = bench(lambda kern=kern, a=a, b=b: kern(a, b), flush)
                 row["vs_cublas"] = t_cublas / row["ms"]
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
@@ -232,7 +214,7 @@ def run(out, shapes):
         json.dump(rows, f, indent=1)
     dev = torch.cuda.get_device_name()
     lines = [f"# GEMM, a 2-CTA cluster with TMA multicast: {dev}", "",
-             ("`python3 benchmarks/gemm_cluster_sm90.py run` (bf16, C = A @ B^T, L2 flushed, medians of 50); "
+             ("`python3 benchmarks/gemm_cluster_sm90.py run` (bf16, C = A @ B^T, L2 flushed, medians); "
               f"compiled {len(jobs)} kernels in {compile_s:.0f} s."), "",
              "| shape | variant | ms | vs cuBLAS | max rel err | ok | control caught | error |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -81,31 +81,6 @@ SPECS = f"""\
   threads: 32
   vector: 8
   targets: [sm_90]
-- name: rope
-  op: rope
-  dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
-  shapes:
-    - {{tokens: {PREFILL}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
-    - {{tokens: {BATCH}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
-  head_dim: {HEAD_DIM}
-  rotary_dim: {HEAD_DIM}
-  threads: 32
-  vector: 8
-  tail: predicated
-  targets: [sm_90]
-- name: rope_full
-  op: rope
-  dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
-  shapes:
-    - {{tokens: {PREFILL}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
-    - {{tokens: {BATCH}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
-  head_dim: {HEAD_DIM}
-  rotary_dim: {HEAD_DIM}
-  tables: full
-  threads: 32
-  vector: 8
-  tail: predicated
-  targets: [sm_90]
 - name: prefill
   op: attention
   dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
@@ -128,6 +103,23 @@ SPECS = f"""\
   split_kv: 2
   targets: [sm_90]
 """
+ROPE = f"""\
+- name: rope
+  op: rope
+  dtypes: {{input: bf16, out: bf16, accumulate: fp32}}
+  shapes:
+    - {{tokens: {PREFILL}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
+    - {{tokens: {BATCH}, heads: {HEADS}, kv_heads: {KV_HEADS}}}
+  head_dim: {HEAD_DIM}
+  rotary_dim: {HEAD_DIM}
+  tables: half
+  threads: 32
+  vector: 8
+  tail: predicated
+  targets: [sm_90]
+"""
+# the same rope kernel for each table layout: fp32 half tables, and transformers' own (full)
+SPECS += ROPE + ROPE.replace("name: rope\n", "name: rope_full\n").replace("tables: half", "tables: full")
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from typing import ClassVar, NamedTuple
 import torch
 
 from codegen.core.hardware import DType, Target
+from codegen.families.rope.spec import RopeTables
 from codegen.ops.errors import OpsInputError
 from codegen.targets import TARGETS, torch_dtype
 
@@ -812,7 +813,7 @@ class RopeArgs(NamedTuple):
     tables: str = "half"
 
 
-ROPE_TABLES = ("half", "full")
+ROPE_TABLES = tuple(t.value for t in RopeTables)  # the cos/sin layouts a rope spec's `tables` names
 
 
 class RopeAdapter(Adapter):
@@ -825,14 +826,14 @@ class RopeAdapter(Adapter):
         i, o, acc = inst.spec_dtypes
         if acc != ACCUMULATE:
             return None
-        tables = (("tables", "full"),) if inst.full_tables else ()
+        tables = (("tables", RopeTables.FULL.value),) if inst.full_tables else ()  # half: the Want it always had
         return Want("rope", (("dtypes", f"{i}/{o}"), ("head_dim", inst.head_dim), ("rotary_dim", inst.rotary_dim),
                              *tables))
 
     def call(self, ctx: Ctx, args: RopeArgs) -> tuple[Want, tuple]:
         op = "rope"
         _require(args.tables in ROPE_TABLES, op, lambda: f"tables={args.tables!r}: one of {', '.join(ROPE_TABLES)}")
-        full = args.tables == "full"
+        full = args.tables == RopeTables.FULL
         check_tensor(ctx, op, "q", args.q, ndim=3)
         check_tensor(ctx, op, "k", args.k, ndim=3, dtype=args.q.dtype, like=args.q)
         for name, t in (("cos", args.cos), ("sin", args.sin)):
@@ -848,7 +849,7 @@ class RopeAdapter(Adapter):
                  lambda: f"cos/sin must be [tokens={t}, {layout}] with an even rotary_dim <= head_dim={d}, not "
                          f"{_shape(args.cos)}")
         dt = ctx.dtype_name(op, "q", args.q.dtype)
-        tables = (("tables", "full"),) if full else ()
+        tables = (("tables", RopeTables.FULL.value),) if full else ()
         want = Want(op, (("dtypes", f"{dt}/{dt}"), ("head_dim", d), ("rotary_dim", rotary), *tables))
         return want, (t, h, args.k.shape[1])
 
@@ -883,7 +884,7 @@ class RopeAdapter(Adapter):
     def fallback(self, ctx: Ctx, args: RopeArgs):
         from codegen.families.rope.numerics import rope32
 
-        full = args.tables == "full"
+        full = args.tables == RopeTables.FULL
         r = args.cos.shape[1] if full else 2 * args.cos.shape[1]
         cos, sin = (args.cos[:, : r // 2].float(), args.sin[:, : r // 2].float()) if full else (args.cos, args.sin)
         q = rope32(args.q.float(), cos, sin, r).to(args.q.dtype)
