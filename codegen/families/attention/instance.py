@@ -33,6 +33,7 @@ from codegen.families.attention.spec import (
 )
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import transposed_b_rows
+from codegen.families.gemm.spec import GridPolicy
 from codegen.families.spec import TailPolicy
 from codegen.targets import TARGETS
 from codegen.targets.base import TargetSpec
@@ -53,7 +54,7 @@ WS_TEMPLATES = {AttentionSchedule.WS: "attention_ws.py.j2", AttentionSchedule.FA
 PERSISTENT_TEMPLATE = "attention_persistent.py.j2"  # schedule persistent, prefill only (rule persistent_variant)
 # schedule persistent: workgroups of the grid per CU/SM. One: the gfx942 tiles that fit 64 KiB of LDS leave room
 # for one workgroup per CU (build reports its waves per SIMD), and a persistent workgroup that waits for a free
-# CU only runs its tiles later
+# CU only runs its tiles later; fa3's K/V rings and Q tiles (grid persistent) take most of an SM's shared memory
 PERSISTENT_WORKGROUPS_PER_CU = 1
 # where query row i's last visible key sits relative to i, as an expression of make_kernel's arguments
 DYNAMIC_KV = "seq_kv"  # the symbolic KV length: its T.dynamic name, and the seq_kv of a dynamic kernel's compile shape
@@ -95,8 +96,8 @@ class AttentionInstance(InstanceBase):
     ws_consumers: int  # ws, fa3: consumer warpgroups of 64 query rows (block_m / 64); 0 for the others
     ws_producer_nreg: int  # ws, fa3: setmaxnreg of the producer warpgroup / of each consumer warpgroup; 0 for the others
     ws_consumer_nreg: int
-    # persistent: the most workgroups of the grid (CUs x PERSISTENT_WORKGROUPS_PER_CU), each looping over
-    # (query block, head, batch) tiles; 0 for the other schedules
+    # schedule persistent, and fa3 with grid persistent: the most workgroups of the grid (CUs x
+    # PERSISTENT_WORKGROUPS_PER_CU), each looping over (query block, head, batch) tiles; 0 for one workgroup per tile
     persistent_workgroups: int
     k_pack: int  # MFMA ops packed along K in Q.K^T (rocm_gemm's k_pack; P.V packs none); 1 on targets without it
     # persistent: V's LDS tile as stored (natural, BLOCK_N x HEAD_DIM) or transposed (HEAD_DIM x BLOCK_N, P.V with
@@ -132,6 +133,12 @@ class AttentionInstance(InstanceBase):
         return True  # Q.K^T and P.V
 
     @property
+    def persistent_grid(self) -> bool:
+        """A grid of at most persistent_workgroups workgroups looping over the tiles (schedule persistent, or
+        schedule fa3 with grid persistent)."""
+        return self.persistent_workgroups > 0
+
+    @property
     def v_transposed(self) -> bool:
         return self.v_layout == VLayout.TRANSPOSED.value
 
@@ -148,7 +155,7 @@ class AttentionInstance(InstanceBase):
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
         split = f"_k{self.split_label}" if self.variant == AttentionVariant.DECODE else ""
         schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent",
-                    AttentionSchedule.FA3: "_fa3"}.get(self.schedule, "")
+                    AttentionSchedule.FA3: "_fa3_pers" if self.persistent_grid else "_fa3"}.get(self.schedule, "")
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         vt = "_vt" if self.v_transposed else ""
         dyn = "_dynkv" if self.dynamic_kv is not None else ""
@@ -220,13 +227,20 @@ class AttentionInstance(InstanceBase):
     def ws_vars(self) -> dict[str, object]:
         """The literals of _warpgroups.py.j2 (schedules ws and fa3): the consumers' Q tiles handed to the producer,
         the shared K and V tiles every macro takes (ws: two slots of each; fa3: the rings), the query block's
-        index (fa3 launches the causal blocks in reverse: qb), the producer's thread argument (fa3: one warp issues)
-        and each consumer's branch of the dispatch."""
+        index (fa3 launches the causal blocks in reverse: qb), the producer's thread argument (fa3: one warp issues),
+        the Q barriers and each role's tile arguments (fa3's persistent grid: q_empty, and the tile loop's state) and
+        each consumer's branch of the dispatch."""
         fa3 = self.schedule == AttentionSchedule.FA3
         n = self.ws_consumers
+        block = "qb" if fa3 else "bx"
+        loop = "kv_done, wg, grid, q_blocks, rounds, group, kv_all"  # fa3, grid persistent: each role loops over the workgroup's tiles
+        pers = fa3 and self.persistent_grid
         return {"q_parts": ", ".join(f"Q_{c}" for c in range(n)),
                 "ws_tiles": "K_ring, V_ring" if fa3 else "K0, K1, V0, V1",
-                "ws_block": "qb" if fa3 else "bx", "producer_tx": "tx, " if fa3 else "",
+                "ws_block": block, "producer_tx": "tx, " if fa3 else "",
+                "q_barriers": "q_full, q_empty" if pers else "q_full",
+                "producer_tile": loop if pers else f"{block}, by, bz, kv_head, kv_blocks",
+                "consumer_tile": loop if pers else f"{block}, by, bz, kv_blocks",
                 "consumer_branches": tuple((c, f"elif tx < {c + 2} * WARPGROUP" if c < n - 1 else "else")
                                            for c in range(n))}
 
@@ -287,7 +301,7 @@ class AttentionInstance(InstanceBase):
             splits = ((split, kv_heads * self.row_blocks(heads // kv_heads * seq_q), batch),)
             one = (split == 1 and self.split_wave is not None) or self.fixup
             return splits if one else (*splits, (heads, seq_q, batch))
-        if self.schedule == AttentionSchedule.PERSISTENT:
+        if self.persistent_grid:
             return ((min(self.persistent_workgroups, self.persistent_tiles(shape)), 1, 1),)
         return ((-(-seq_q // self.block_m), heads, batch),)
 
@@ -348,7 +362,9 @@ class AttentionInstance(InstanceBase):
                          "stage": list(self.pipeline_stage) if self.pipeline_stage else None},
             **({"schedule": self.schedule.value,
                 self.schedule.value: {"consumer_warpgroups": self.ws_consumers, "producer_max_nreg": self.ws_producer_nreg,
-                                      "consumer_max_nreg": self.ws_consumer_nreg}}
+                                      "consumer_max_nreg": self.ws_consumer_nreg,
+                                      **({"grid": "persistent", "workgroups": self.persistent_workgroups}
+                                         if self.persistent_grid else {})}}
                if self.schedule in WARP_SPECIALIZED else {}),
             **({"schedule": self.schedule.value, "persistent": {"workgroups": self.persistent_workgroups}}
                if self.schedule == AttentionSchedule.PERSISTENT else {}),
@@ -365,6 +381,7 @@ class AttentionInstance(InstanceBase):
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
                 "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
+                             f"{'persistent grid, ' if self.persistent_grid and self.schedule == AttentionSchedule.FA3 else ''}"
                              f"{f'k_pack {self.k_pack}, ' if self.k_pack > 1 else ''}"
                              f"{'V transposed, ' if self.v_transposed else ''}stages {self.stages}"),
                 "tail": self.tail.value}
@@ -381,6 +398,9 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
     compute = DECODE_LOOP_COMPUTE if decode else ATTENTION_LOOP_COMPUTE
     prefill = spec.variant == AttentionVariant.PREFILL
     persistent = tuning.schedule == AttentionSchedule.PERSISTENT and prefill  # decode + persistent: never rendered
+    # fa3's persistent grid (rule grid_schedule refuses it for the other schedules: never rendered)
+    fa3_persistent = (tuning.schedule == AttentionSchedule.FA3 and tuning.grid == GridPolicy.PERSISTENT and prefill
+                      and target.warp_specialization)
     # v_layout transposed where its rules pass (v_layout_schedule, v_layout_tile report the rest; never rendered)
     v_transposed = (persistent and tuning.v_layout == VLayout.TRANSPOSED and v_layout_rows(spec, tuning) is not None)
     copies = V_TRANSPOSED_COPIES if v_transposed else ATTENTION_LOOP_COPIES
@@ -411,7 +431,7 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         block_m=t.block_m, block_n=t.block_n, threads=t.threads, stages=stages,
         pipeline_order=order, pipeline_stage=stage, schedule=tuning.schedule, ws_consumers=consumers,
         ws_producer_nreg=WS_PRODUCER_NREG if ws else 0, ws_consumer_nreg=ws_consumer_nreg(hw, consumers) if consumers else 0,
-        persistent_workgroups=hw.compute_units * PERSISTENT_WORKGROUPS_PER_CU if persistent else 0,
+        persistent_workgroups=hw.compute_units * PERSISTENT_WORKGROUPS_PER_CU if persistent or fa3_persistent else 0,
         k_pack=tuning.k_pack if target.supports_k_pack else 1,
         v_layout=(VLayout.TRANSPOSED if v_transposed else VLayout.NATURAL).value,
         tail=spec.tail,

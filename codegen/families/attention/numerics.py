@@ -91,7 +91,7 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
             shapes.append((max(1, inst.split_wave // 2), 2, 1, 1, 5 * bn - (bn // 2 if ragged else 0)))
         return shapes
     one = math.lcm(bm, bn)
-    rounds = [persistent_rounds_shape(inst)] if inst.schedule == AttentionSchedule.PERSISTENT else []
+    rounds = [persistent_rounds_shape(inst)] if inst.persistent_grid else []
     if inst.tail == TailPolicy.NONE:
         return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one), *rounds]
     return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1), *rounds]
@@ -119,7 +119,7 @@ PERSISTENT_CHECK_HEADS, PERSISTENT_CHECK_KV_HEADS = 16, 4  # the rounds shape: 4
 
 
 def persistent_rounds_shape(inst) -> tuple[int, int, int, int, int]:
-    """schedule persistent: a shape of more tiles than the grid has workgroups, so that some workgroups run a
+    """A persistent grid (schedule persistent, fa3's grid persistent): a shape of more tiles than the grid has workgroups, so that some workgroups run a
     second tile (its accumulators reset, its Q reloaded): 16 heads on 4 K/V heads and one query block more
     than workgroups / 16 -- gfx942 (304 workgroups) 20 blocks, 320 tiles. No tail policy: seq_q = seq_kv, a
     multiple of lcm(block_m, block_n); predicated: one row short of that many query blocks."""
@@ -357,7 +357,7 @@ def _controls(inst, case: AttentionCase, ref) -> dict[str, object]:
         out["dropped_kv_block"] = ref  # rows past the first query block: the bug does not reach them
     if inst.variant == AttentionVariant.DECODE:
         out["dropped_split"] = _attention32(inst, case, mask=inst.mask, keep=_dropped_split_keep(inst, seq_kv, split))[0]
-    if inst.schedule == AttentionSchedule.PERSISTENT:
+    if inst.persistent_grid:
         out["persistent_last_round_skipped"] = persistent_last_round_skipped(inst, case, ref)
     if getattr(inst, "v_transposed", False):
         out["v_transposed_keys_reversed"] = v_transposed_keys_reversed(inst, case)

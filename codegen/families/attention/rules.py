@@ -22,6 +22,7 @@ from codegen.families.attention.spec import (
     VLayout,
 )
 from codegen.families.gemm.rules import transposed_b_rows
+from codegen.families.gemm.spec import GridPolicy
 from codegen.families.rules import TunedContext, Violation, target_only_value, threads_violations
 from codegen.families.spec import K_PACK, TailPolicy
 from codegen.targets import TARGETS
@@ -357,6 +358,16 @@ def attn_persistent_variant(c: AttentionContext) -> Iterator[Violation]:
                                 "takes schedule: default")
 
 
+def attn_grid_schedule(c: AttentionContext) -> Iterator[Violation]:
+    """Rule grid_schedule: grid persistent is schedule fa3's tile loop (schedule persistent is the default KV loop's
+    own persistent grid; the others launch one workgroup per tile)."""
+    if c.tuning.grid == GridPolicy.PERSISTENT and c.tuning.schedule != AttentionSchedule.FA3:
+        yield Violation(rule="grid_schedule", path=c.at("grid"), value=c.tuning.grid.value,
+                        message=f"grid persistent loops schedule fa3's tiles, not schedule {c.tuning.schedule.value}'s: "
+                                f"take grid: tiles there (overrides.{c.hw.target}.grid where one target's schedule "
+                                "differs)")
+
+
 VECTOR_BYTES = 16  # v_layout transposed: one 16-byte global load per lane of each key row's piece
 
 
@@ -453,7 +464,7 @@ ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
     attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_combine_vec, attn_split_kv_combine, attn_causal_alignment, attn_k_pack_target,
     attn_k_pack_schedule, attn_ws_target, attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
-    attn_v_layout_schedule, attn_v_layout_tile,
+    attn_grid_schedule, attn_v_layout_schedule, attn_v_layout_tile,
 )
 
 

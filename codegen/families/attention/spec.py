@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, Field, StrictBool, StrictInt
 from pydantic_core import PydanticCustomError
 
 from codegen.core.hardware import Target
+from codegen.families.gemm.spec import GridPolicy
 from codegen.families.spec import (
     K_PACK,
     MAX_SHAPES,
@@ -144,6 +145,9 @@ ATTENTION_KNOBS: tuple[Knob, ...] = (
              "rows to finish, in the same order; int32 arrival counters; rule split_kv_combine_variant)"),
     Knob(name="schedule", type=AttentionSchedule, default=AttentionSchedule.DEFAULT,
          doc="prefill KV loop: default, ws or fa3 (sm_90, rules ws_*, fa3_*) or persistent (rules persistent_*)"),
+    Knob(name="grid", type=GridPolicy, default=GridPolicy.TILES,
+         doc="schedule fa3: one workgroup per (query block, head, batch) tile, or persistent (one per SM, each "
+             "looping over tiles, causal ones longest first; rule grid_schedule)"),
     Knob(name="k_pack", type=int_choice(1, 2), default=1, takes=K_PACK.takes,
          doc="gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, "
              "k_pack_schedule)"),
@@ -217,6 +221,7 @@ STARTER = """\
   # combine_vec: 1          # decode: fp32 a combine thread loads per split at once: 1, or 4 (16-byte loads)
   # split_kv_combine: kernel # decode: kernel (a second kernel merges the splits) | fixup (the last split does)
   # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
+  # grid: tiles             # schedule fa3: tiles (a workgroup per query block) | persistent (one per SM)
   # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
   # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed
   tail: none
