@@ -633,7 +633,7 @@ def test_fa3_instance_and_the_other_schedules_keep_their_names():
     assert inst.metadata("u")["fa3"] == {"consumer_warpgroups": 2, "producer_max_nreg": 24, "consumer_max_nreg": 240}
     assert "ws" not in inst.metadata("u")
     # named barriers from the top of the 16: ping-pong gates 15, 14, then the epilogues' 13, 12
-    assert inst.fa3_vars() == {"gate_ids": (15, 14), "epilogue_ids": (13, 12), "producer_threads": 32}
+    assert inst.fa3_vars() == {"gate_ids": (15, 14), "epilogue_ids": (13, 12), "producer_threads": 32, "in_bytes": 2}
     (ws,) = build_instances(parse_specs(WS, FILE))
     assert ws.stem() == "attn_fp16_d128_128x64_t384_s2_ws" and ws.uri() != inst.uri()
     # three consumers (block_m 192, 512 threads), a ring of 4 slots at d64
@@ -641,7 +641,8 @@ def test_fa3_instance_and_the_other_schedules_keep_their_names():
                                                 "stages: 2", "stages: 4")
                                            .replace("seq_q: 512", "seq_q: 576").replace("head_dim: 128", "head_dim: 64"), FILE))
     assert (three.ws_consumers, three.ws_consumer_nreg, three.stages) == (3, 160, 4)
-    assert three.fa3_vars() == {"gate_ids": (15, 14, 13), "epilogue_ids": (12, 11, 10), "producer_threads": 32}
+    assert three.fa3_vars() == {"gate_ids": (15, 14, 13), "epilogue_ids": (12, 11, 10), "producer_threads": 32,
+                                "in_bytes": 2}
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -732,7 +733,7 @@ def test_the_fa3_seeds_are_sm90_only_and_search_small_spaces():
     project = Project()
     specs = {s.spec.name: s.spec for s in load_spec_files(project.spec_paths(None), project.root) if s.spec.name in by_name}
     assert {n: space_size(spec, spec.targets[0]) for n, spec in specs.items() if spec.search} == {
-        "attn_bf16_gqa_causal_fa3": 4, "attn_fp16_d128_causal_fa3": 4, "attn_fp16_d128_fa3": 8, "attn_fp16_d64_causal_fa3": 12}
+        "attn_bf16_gqa_causal_fa3": 8, "attn_fp16_d128_causal_fa3": 8, "attn_fp16_d128_fa3": 16, "attn_fp16_d64_causal_fa3": 24}
 
 
 def _fa3_source(name: str, shape: tuple[int, ...]) -> str:
@@ -771,6 +772,97 @@ def test_fa3_three_consumers_at_d64_and_the_176_key_tile_lower():
     assert "64, 176, 16" in src  # Q.K^T as one wgmma of N 176 per k-step (tilelang picks N = block_n)
     assert src.count("tl::wait_wgmma<1>()") == 2 and "CUDART_INF_F" in src  # keys past seq_kv masked
 
+
+# ---- fa3 on a persistent grid (grid: persistent) ---------------------------------------------------------
+
+FA3_PERS = edit(FA3, "schedule: fa3", "schedule: fa3\n  grid: persistent")
+
+
+def test_fa3_persistent_grid_instance_and_grid_tiles_keeps_the_name():
+    (inst,) = build_instances(parse_specs(FA3_PERS, FILE))
+    assert inst.stem() == "attn_fp16_d128_128x64_t384_s2_fa3_pers" and inst.persistent_workgroups == 132
+    assert inst.l2_kv_bytes is None  # no causal mask: the query blocks of one (batch, head) go together
+    # one workgroup per SM, or one per tile where there are fewer
+    assert inst.launch_grids((4, 32, 32, 4096, 4096)) == ((132, 1, 1),) and inst.launch_grids((1, 8, 2, 512, 512)) == ((32, 1, 1),)
+    assert inst.metadata("u")["fa3"] == {"consumer_warpgroups": 2, "producer_max_nreg": 24, "consumer_max_nreg": 240,
+                                         "grid": "persistent", "workgroups": 132}
+    assert "persistent grid" in inst.summary()["schedule"]
+    # grid: tiles is the kernel of a spec without the field: same name, same text
+    plain = render_all(build_instances(parse_specs(FA3, FILE)))[0]
+    spelled = render_all(build_instances(parse_specs(edit(FA3, "schedule: fa3", "schedule: fa3\n  grid: tiles"), FILE)))[0]
+    assert plain.uri == spelled.uri and plain.text == spelled.text and "WORKGROUPS" not in plain.text
+    (causal,) = build_instances(parse_specs(edit(FA3_PERS, "head_dim: 128", "head_dim: 128\n  causal: top_left"), FILE))
+    assert causal.l2_kv_bytes == 25 << 20  # half the 50 MB L2 of an H100 / H200
+    # fp16 K and V of 4096 keys at d128: 2 MiB a K/V head, 12 of them a section; GQA 4:1 sections of 48 query heads
+    assert causal.kv_section((4, 32, 32, 4096, 4096)) == 12 and causal.kv_section((4, 32, 8, 4096, 4096)) == 48
+    assert causal.kv_section((1, 32, 8, 2048, 2048)) == 32  # the whole problem in one section
+    assert causal.kv_section((1, 4, 4, 1, 1 << 24)) == 1  # one K/V head over the budget: a section of its own
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(WS, "schedule: ws", "schedule: ws\n  grid: persistent"),
+     ("specs/x.yaml:11:9: grid=persistent: grid persistent loops schedule fa3's tiles, not schedule ws's: take grid: tiles "
+      "there (overrides.sm_90.grid where one target's schedule differs) [grid_schedule]")),
+    (edit(BASE, "tail: none", "tail: none\n  grid: persistent"),
+     ("specs/x.yaml:10:9: grid=persistent: grid persistent loops schedule fa3's tiles, not schedule default's: take grid: "
+      "tiles there (overrides.sm_90.grid where one target's schedule differs) [grid_schedule]")),
+])
+def test_grid_persistent_is_fa3s(text, message):
+    assert errors(text) == [message]
+
+
+def test_fa3_persistent_tile_order_is_the_templates_and_keeps_sections_in_l2():
+    # instance.persistent_tile (the numerics' map, the negative control's) against the rendered template's lines
+    for causal, kv_heads in (("false", 2), ("top_left", 2), ("top_left", 6), ("bottom_right", 1)):
+        text = edit(edit(FA3_PERS, "head_dim: 128", f"head_dim: 128\n  causal: {causal}"), "kv_heads: 2", f"kv_heads: {kv_heads}")
+        f = render_all(build_instances(parse_specs(text.replace("heads: 8,", "heads: 6,"), FILE)))[0]
+        names = ("first", "width", "qb", "pair", "by", "bz") if causal != "false" else ("qb", "by", "bz")
+        lines = {m[0]: m[1] for m in re.findall(r"^\s+(\w+) = (.+?)(?:\s+#.*)?$", f.text, re.MULTILINE) if m[0] in names}
+        assert set(lines) == set(names), lines
+        batch, heads, q_blocks, seq_kv = 3, 6, 5, 12800  # K and V of 6.25 MiB a K/V head: 4 per section
+        shape = (batch, heads, kv_heads, q_blocks * 128, seq_kv)
+        if causal != "false":
+            (section_line,) = re.findall(r"^\s+section = (.+)$", f.text, re.MULTILINE)
+            consts = dict(re.findall(r"^(L2_KV_BYTES|IN_BYTES|HEAD_DIM) = (\d+)", f.text, re.MULTILINE))
+            section = eval(section_line, {}, {**{k: int(v) for k, v in consts.items()}, "heads": heads, "batch": batch,
+                                             "kv_heads": kv_heads, "seq_kv": seq_kv})
+            assert section == f.instance.kv_section(shape) == min(18, 4 * (heads // kv_heads))
+        seen = []
+        for tile in range(f.instance.persistent_tiles(shape)):
+            scope = {"tile": tile, "q_blocks": q_blocks, "heads": heads, "batch": batch, "T": _TMin}
+            if causal != "false":
+                scope["section"] = section
+            for v in names:
+                scope[v] = eval(lines[v], {}, scope)  # our own template
+            assert (scope["qb"], scope["by"], scope["bz"]) == f.instance.persistent_tile(tile, shape), (causal, tile)
+            seen.append((scope["qb"], scope["by"], scope["bz"]))
+        assert sorted(seen) == sorted((q, h, b) for q in range(q_blocks) for h in range(heads) for b in range(batch))
+        if causal != "false":  # in each section, the last query blocks first; a section's pairs are consecutive
+            for s0 in range(0, len(seen), section * q_blocks):
+                part = seen[s0:s0 + section * q_blocks]
+                assert [q for q, _, _ in part] == sorted((q for q, _, _ in part), reverse=True)
+                assert len({(h, b) for _, h, b in part}) == len(part) // q_blocks
+
+
+class _TMin:
+    min = staticmethod(min)  # T.min of the template's tile lines, on Python ints
+
+
+def test_fa3_persistent_lowers_to_tile_loops_that_refill_q_once_o_has_left():
+    text = edit(edit(FA3_PERS, "head_dim: 128", "head_dim: 128\n  causal: top_left"), "block_n: 64", "block_n: 128")
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    src = lower(f, (1, 16, 4, 1280, 1280), "sm_90").source  # 160 tiles on 132 workgroups: some run two
+    assert "__launch_bounds__(384, 1)" in src and src.count("tl::warpgroup_reg_alloc<240>()") == 2
+    # the producer and each consumer loop over the workgroup's tiles, counting the rings' blocks on (kv_done)
+    assert len(re.findall(r"for \(int r(_\d+)? = 0; r(_\d+)? < \(\(291 - \(\(int\)blockIdx\.x\)\) / 132\)", src)) == 3
+    assert src.count("kv_done[0] = ") == 4 and "k_empty[((kb0 + kb) & 1)].wait(((((kb0 + kb) >> 1) + 1) & 1))" in src
+    # Q: each consumer's tile refilled once its O has been stored (q_empty, 128 arrivals: the warpgroup's threads),
+    # which the consumer signals after its TMA store's wait and a warpgroup barrier
+    assert src.count(".init(128);") == 2 and "q_empty[0].wait(((r + 1) & 1))" in src and "q_empty[1].wait(((r + 1) & 1))" in src
+    for c, bar in ((0, 13), (1, 12)):
+        assert re.search(rf"tma_store_wait<0, true>\(\);\s*}}\s*tl::__sync_thread_partial\({bar}, 128\);\s*q_empty\[{c}\]\.arrive\(\);", src)
+    # ping-pong: consumer 0 takes the first turn once, before its tile loop
+    assert src.count("tl::__named_barrier_arrive(15, 256)") == 3
 
 # ---- schedule persistent and k_pack (attention_persistent.py.j2, issue 13 part 4) -------------------------
 
@@ -917,6 +1009,31 @@ def test_persistent_control_is_the_last_round_unwritten():
         status, _, _ = check_output(inst, shape, lambda c, r: persistent_last_round_skipped(inst, c, r), max_elements=max_elements)
         assert status == "failed"
 
+
+def test_fa3_persistent_control_is_the_last_round_unwritten_in_section_order():
+    # fa3's persistent grid of 5 workgroups, causal, sections of one K/V head (2 query heads) over (1, 4, 2, 3 * 128,
+    # 256): 12 tiles; one round short leaves the last 5 tiles of the section order unwritten
+    from codegen.families.attention.numerics import persistent_last_round_skipped
+
+    text = edit(edit(FA3_PERS, "head_dim: 128", "head_dim: 128\n  causal: top_left"), "block_n: 64", "block_n: 128")
+    (inst,) = build_instances(parse_specs(text, FILE))
+    shape = (1, 4, 2, 3 * 128, 256)
+    inst = replace(inst, persistent_workgroups=5, l2_kv_bytes=2 * 256 * 128 * 2)
+    assert inst.kv_section(shape) == 2
+    order = [inst.persistent_tile(t, shape)[:2] for t in range(12)]
+    assert order[:6] == [(2, 0), (2, 1), (1, 0), (1, 1), (0, 0), (0, 1)]  # heads 0-1 (K/V head 0), longest first
+    fam = family(inst).numerics
+    case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cpu", run_target=inst.target)
+    ref, _ = fam.reference(inst, case)
+    bad = persistent_last_round_skipped(inst, case, ref)
+    unwritten = {(qb, h) for qb in range(3) for h in range(4) if bad[0, qb * 128:(qb + 1) * 128, h].isnan().all()}
+    assert unwritten == set(order[7:]) and bad.isnan().sum() == 5 * 128 * 128
+    status, _cmp, controls = check_output(inst, shape, lambda c, r: r)
+    assert status == "verified" and controls["persistent_last_round_skipped"] == "rejected", controls
+    # the rounds shape verify adds: more tiles than the grid's 132 workgroups
+    (inst,) = build_instances(parse_specs(text, FILE))
+    rounds = derived_shapes(inst)[-1]
+    assert inst.persistent_workgroups < inst.persistent_tiles(rounds) < 2 * inst.persistent_workgroups, rounds
 
 def test_persistent_rounds_shape_has_more_tiles_than_workgroups():
     for causal in ("false", "top_left", "bottom_right"):

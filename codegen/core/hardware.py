@@ -71,3 +71,5 @@ class Hardware:
     # LDS banks of 4 bytes, for the static bank-conflict estimate (codegen.targets.amdgcn_isa); None: not
     # recorded for this target, no estimate.
     lds_banks: int | None = None
+    # the L2 cache of the whole device; None: not recorded (read by fa3's persistent causal tile order)
+    l2_bytes: int | None = None

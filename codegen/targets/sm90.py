@@ -70,6 +70,7 @@ HW = Hardware(
     # of a grid of thread blocks 2^31 - 1, maximum y- or z-dimension 65535; cudaDeviceProp.maxGridSize.
     max_grid_workgroups=(2**31 - 1, 65535, 65535),
     max_grid_work_items=None,
+    l2_bytes=50 << 20,  # H100 SXM and H200: 50 MB
 )
 
 # ---- toolchain ------------------------------------------------------------------------------------

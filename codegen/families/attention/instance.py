@@ -118,11 +118,14 @@ class AttentionInstance(InstanceBase):
     # decode, combine_vec 4: the fp32 each combine thread loads of a split's output at once (THREADS * 4 // HEAD_DIM
     # splits a step); None: one, split after split (identity only where set)
     combine_vec: int | None = None
+    # fa3 with grid persistent, causal: the bytes of K and V the tile order keeps in L2 at once (half the target's
+    # L2): the tiles go in sections of (batch, query head) pairs whose K and V fit them (kv_section); None otherwise
+    l2_kv_bytes: int | None = None
     # decode, split_kv_combine fixup: "fixup" -- the last split of each block of rows merges the splits (SPLIT_ARRIVALS:
     # int32 counters, zero on entry and left zero; no combine kernel); None: the combine kernel (identity only where set)
     combine: str | None = None
 
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv", "combine_vec", "combine")
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv", "combine_vec", "combine", "l2_kv_bytes")
 
     @property
     def fixup(self) -> bool:
@@ -250,7 +253,7 @@ class AttentionInstance(InstanceBase):
         producer threads that issue the TMA loads."""
         n, top = self.ws_consumers, NAMED_BARRIERS - 1
         return {"gate_ids": tuple(top - c for c in range(n)), "epilogue_ids": tuple(top - n - c for c in range(n)),
-                "producer_threads": FA3_PRODUCER_THREADS}
+                "producer_threads": FA3_PRODUCER_THREADS, "in_bytes": DTYPE_BYTES[DType(self.spec_dtypes[0])]}
 
     @property
     def split_label(self) -> str:
@@ -333,12 +336,29 @@ class AttentionInstance(InstanceBase):
         batch, heads, _, seq_q, _ = shape
         return -(-seq_q // self.block_m) * heads * batch
 
+    def kv_section(self, shape: tuple[int, ...]) -> int:
+        """fa3, grid persistent, causal: the (batch, query head) pairs of one section of the tile order -- as many
+        K/V heads as fit l2_kv_bytes (K and V of seq_kv keys each), at least one, times the query heads sharing
+        each; at most every pair. The template's make_kernel computes the same `section`."""
+        batch, heads, kv_heads, _, seq_kv = shape
+        kv_bytes = 2 * seq_kv * self.head_dim * DTYPE_BYTES[DType(self.spec_dtypes[0])]
+        return min(heads * batch, max(1, self.l2_kv_bytes // kv_bytes) * (heads // kv_heads))
+
     def persistent_tile(self, tile: int, shape: tuple[int, ...]) -> tuple[int, int, int]:
         """(query block, head, batch) of tile `tile` in the template's order: causal, the last query block (the
-        longest KV loop) of every (batch, head) first, so that each workgroup's tiles go from long to short;
-        otherwise the query blocks of one (batch, head) next to each other (they read the same K and V)."""
+        longest KV loop) of every (batch, head) first, so that each workgroup's tiles go from long to short --
+        with fa3's persistent grid, section by section (kv_section: the K and V a section reads fit L2), the last
+        query blocks of a section's pairs first; otherwise the query blocks of one (batch, head) next to each
+        other (they read the same K and V)."""
         batch, heads, _, seq_q, _ = shape
         q_blocks = -(-seq_q // self.block_m)
+        if self.causal and self.l2_kv_bytes is not None:
+            section = self.kv_section(shape)
+            first = tile // (section * q_blocks) * section
+            width = min(section, heads * batch - first)
+            w = tile - first * q_blocks
+            pair = first + w % width
+            return q_blocks - 1 - w // width, pair % heads, pair // heads
         if self.causal:
             return q_blocks - 1 - tile // (heads * batch), tile % heads, tile // heads % batch
         return tile % q_blocks, tile // q_blocks % heads, tile // (q_blocks * heads) % batch
@@ -425,6 +445,7 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
         combine_vec=(tuning.combine_vec if decode and tuning.combine_vec > 1
                      and tuning.split_kv_combine != SplitKvCombine.FIXUP else None),
         # (normalised away with one fixed split: nothing to merge)
+        l2_kv_bytes=hw.l2_bytes // 2 if fa3_persistent and spec.causal != CausalMask.NONE and hw.l2_bytes else None,
         combine=(SplitKvCombine.FIXUP.value if decode and tuning.split_kv_combine == SplitKvCombine.FIXUP
                  and tuning.split_kv != 1 else None),
         softmax_scale=scale,

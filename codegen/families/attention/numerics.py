@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from codegen.core.hardware import DTYPE_BYTES, DType, Target
-from codegen.families.attention.spec import AttentionSchedule, AttentionVariant, CausalMask
+from codegen.families.attention.spec import AttentionVariant, CausalMask
 from codegen.families.base import Numerics
 from codegen.families.numerics import (
     SUBNORMAL_ROUNDOFF,
