@@ -793,8 +793,9 @@ def test_fa3_persistent_grid_instance_and_grid_tiles_keeps_the_name():
     assert plain.uri == spelled.uri and plain.text == spelled.text and "WORKGROUPS" not in plain.text
     (causal,) = build_instances(parse_specs(edit(FA3_PERS, "head_dim: 128", "head_dim: 128\n  causal: top_left"), FILE))
     assert causal.l2_kv_bytes == 25 << 20  # half the 50 MB L2 of an H100 / H200
-    # fp16 K and V of 4096 keys at d128: 2 MiB a K/V head, 12 of them a section; GQA 4:1 sections of 48 query heads
-    assert causal.kv_section((4, 32, 32, 4096, 4096)) == 12 and causal.kv_section((4, 32, 8, 4096, 4096)) == 48
+    # fp16 K and V of 4096 keys at d128: 2 MiB a K/V head, 12 of them fit; sections divide the 128 (batch, head)
+    # pairs: 8 K/V heads (MHA), or 8 K/V heads of 4 query heads each (GQA 4:1)
+    assert causal.kv_section((4, 32, 32, 4096, 4096)) == 8 and causal.kv_section((4, 32, 8, 4096, 4096)) == 32
     assert causal.kv_section((1, 32, 8, 2048, 2048)) == 32  # the whole problem in one section
     assert causal.kv_section((1, 4, 4, 1, 1 << 24)) == 1  # one K/V head over the budget: a section of its own
 
@@ -816,20 +817,23 @@ def test_fa3_persistent_tile_order_is_the_templates_and_keeps_sections_in_l2():
     for causal, kv_heads in (("false", 2), ("top_left", 2), ("top_left", 6), ("bottom_right", 1)):
         text = edit(edit(FA3_PERS, "head_dim: 128", f"head_dim: 128\n  causal: {causal}"), "kv_heads: 2", f"kv_heads: {kv_heads}")
         f = render_all(build_instances(parse_specs(text.replace("heads: 8,", "heads: 6,"), FILE)))[0]
-        names = ("first", "width", "qb", "pair", "by", "bz") if causal != "false" else ("qb", "by", "bz")
+        names = ("qb", "pair", "by", "bz") if causal != "false" else ("qb", "by", "bz")
         lines = {m[0]: m[1] for m in re.findall(r"^\s+(\w+) = (.+?)(?:\s+#.*)?$", f.text, re.MULTILINE) if m[0] in names}
         assert set(lines) == set(names), lines
         batch, heads, q_blocks, seq_kv = 3, 6, 5, 12800  # K and V of 6.25 MiB a K/V head: 4 per section
         shape = (batch, heads, kv_heads, q_blocks * 128, seq_kv)
         if causal != "false":
-            (section_line,) = re.findall(r"^\s+section = (.+)$", f.text, re.MULTILINE)
-            consts = dict(re.findall(r"^(L2_KV_BYTES|IN_BYTES|HEAD_DIM) = (\d+)", f.text, re.MULTILINE))
-            section = eval(section_line, {}, {**{k: int(v) for k, v in consts.items()}, "heads": heads, "batch": batch,
-                                             "kv_heads": kv_heads, "seq_kv": seq_kv})
-            assert section == f.instance.kv_section(shape) == min(18, 4 * (heads // kv_heads))
+            scope = {k: int(v) for k, v in re.findall(r"^(L2_KV_BYTES|IN_BYTES|HEAD_DIM) = (\d+)", f.text, re.MULTILINE)}
+            scope.update(heads=heads, batch=batch, kv_heads=kv_heads, seq_kv=seq_kv)
+            for v in ("group", "fit", "section"):  # make_kernel's lines
+                (line,) = re.findall(rf"^    {v} = (.+)$", f.text, re.MULTILINE)
+                scope[v] = eval(line, dict(scope))  # as globals: the generator expression reads them
+            section = scope["section"]
+            # 4 K/V heads fit; the most of them (times the query heads of each) that divides the 18 pairs
+            assert section == f.instance.kv_section(shape) == {6: 3, 2: 9, 1: 18}[kv_heads], kv_heads
         seen = []
         for tile in range(f.instance.persistent_tiles(shape)):
-            scope = {"tile": tile, "q_blocks": q_blocks, "heads": heads, "batch": batch, "T": _TMin}
+            scope = {"tile": tile, "q_blocks": q_blocks, "heads": heads, "batch": batch}
             if causal != "false":
                 scope["section"] = section
             for v in names:
@@ -837,15 +841,11 @@ def test_fa3_persistent_tile_order_is_the_templates_and_keeps_sections_in_l2():
             assert (scope["qb"], scope["by"], scope["bz"]) == f.instance.persistent_tile(tile, shape), (causal, tile)
             seen.append((scope["qb"], scope["by"], scope["bz"]))
         assert sorted(seen) == sorted((q, h, b) for q in range(q_blocks) for h in range(heads) for b in range(batch))
-        if causal != "false":  # in each section, the last query blocks first; a section's pairs are consecutive
+        if causal != "false":  # in each section, the last query blocks first, over `section` (batch, head) pairs
             for s0 in range(0, len(seen), section * q_blocks):
                 part = seen[s0:s0 + section * q_blocks]
                 assert [q for q, _, _ in part] == sorted((q for q, _, _ in part), reverse=True)
-                assert len({(h, b) for _, h, b in part}) == len(part) // q_blocks
-
-
-class _TMin:
-    min = staticmethod(min)  # T.min of the template's tile lines, on Python ints
+                assert len({(h, b) for _, h, b in part}) == section
 
 
 def test_fa3_persistent_lowers_to_tile_loops_that_refill_q_once_o_has_left():

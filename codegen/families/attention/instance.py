@@ -337,12 +337,15 @@ class AttentionInstance(InstanceBase):
         return -(-seq_q // self.block_m) * heads * batch
 
     def kv_section(self, shape: tuple[int, ...]) -> int:
-        """fa3, grid persistent, causal: the (batch, query head) pairs of one section of the tile order -- as many
-        K/V heads as fit l2_kv_bytes (K and V of seq_kv keys each), at least one, times the query heads sharing
-        each; at most every pair. The template's make_kernel computes the same `section`."""
+        """fa3, grid persistent, causal: the (batch, query head) pairs of one section of the tile order -- the
+        most whole K/V heads whose K and V (seq_kv keys each) fit l2_kv_bytes, at least one, times the query heads
+        sharing each, as a divisor of the pairs (every section holds as many: TileLang 0.1.15 cannot lower the
+        causal mask behind a tile index divided by a run-time section size). The template's make_kernel computes
+        the same `section`."""
         batch, heads, kv_heads, _, seq_kv = shape
-        kv_bytes = 2 * seq_kv * self.head_dim * DTYPE_BYTES[DType(self.spec_dtypes[0])]
-        return min(heads * batch, max(1, self.l2_kv_bytes // kv_bytes) * (heads // kv_heads))
+        group = heads // kv_heads
+        fit = max(1, self.l2_kv_bytes // (2 * seq_kv * self.head_dim * DTYPE_BYTES[DType(self.spec_dtypes[0])])) * group
+        return max(s for s in range(group, min(fit, heads * batch) + 1, group) if heads * batch % s == 0)
 
     def persistent_tile(self, tile: int, shape: tuple[int, ...]) -> tuple[int, int, int]:
         """(query block, head, batch) of tile `tile` in the template's order: causal, the last query block (the
@@ -354,11 +357,8 @@ class AttentionInstance(InstanceBase):
         q_blocks = -(-seq_q // self.block_m)
         if self.causal and self.l2_kv_bytes is not None:
             section = self.kv_section(shape)
-            first = tile // (section * q_blocks) * section
-            width = min(section, heads * batch - first)
-            w = tile - first * q_blocks
-            pair = first + w % width
-            return q_blocks - 1 - w // width, pair % heads, pair // heads
+            pair = tile // (section * q_blocks) * section + tile % section
+            return q_blocks - 1 - tile % (section * q_blocks) // section, pair % heads, pair // heads
         if self.causal:
             return q_blocks - 1 - tile // (heads * batch), tile % heads, tile // heads % batch
         return tile % q_blocks, tile // q_blocks % heads, tile // (q_blocks * heads) % batch
