@@ -264,6 +264,42 @@ def test_tune_merge_keeps_the_later_measurement(tmp_path):
     assert {e.shape: e.winner.time_ms for e in read_lockfile(mine, target=Target.SM_90).entries}[newest.shape] == 0.015
 
 
+def test_a_retune_after_the_hand_configuration_changed_supersedes_the_old_entry(tmp_path):
+    """The spec's hand configuration changed and the spec was tuned again: the entry of the old hand (which
+    `tune --check` would only report stale) is dropped, by the tuner's write and by --merge, in either order of
+    the files; without times to order them, both stay (the old one reported stale)."""
+    from dataclasses import replace
+
+    from typer.testing import CliRunner
+
+    from codegen.cli.main import app
+    from codegen.generate.lockfile import read_lockfile
+
+    (tmp_path / "tilegen.toml").write_text('specs = ["specs"]\n', encoding="utf-8")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "x.yaml").write_text(SM90, encoding="utf-8")
+    ls = loaded(SM90)
+    now = _entry(ls, spec="g", measured_at="2026-12-07T03:32:48Z")
+    before = replace(now, hand_hash="0" * 64, winner=_candidate(ls, 2, 0.03), measured_at="2026-12-06T21:44:53Z")
+    other_shape = replace(before, shape=(512, 256, 256))  # another shape of the old hand: not superseded
+    lock = LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(before, other_shape))
+    def keys(lockfile):
+        return sorted(e.key for e in lockfile.entries)
+
+    assert keys(lock.merged([now])) == sorted([now.key, other_shape.key])  # what `tilegen tune` writes
+    assert keys(lock.merged([now]).merged([before], keep_later=True)) == sorted([now.key, other_shape.key])
+    both = tmp_path / "both.json"  # a device's copy carries the old entry beside the new one
+    write_lockfile(both, LockFile(target=Target.SM_90, device="NVIDIA H200", entries=(before, now)))
+    mine = lock_path(tmp_path, Target.SM_90, "NVIDIA H200")
+    result = CliRunner().invoke(app, ["--project", str(tmp_path), "tune", "--merge", str(both)])
+    assert result.exit_code == 0, result.output
+    assert "2 entries merged (1 superseded: the spec's hand configuration changed and was tuned later), 1 in all" \
+        in result.output
+    assert read_lockfile(mine, target=Target.SM_90).entries == (now,)
+    untimed = replace(before, measured_at=None), replace(now, measured_at=None)
+    assert keys(LockFile(target=Target.SM_90, device="NVIDIA H200").merged(list(untimed))) == sorted(e.key for e in untimed)
+
+
 def test_a_lockfile_time_that_is_not_utc_is_refused(tmp_path):
     import json
 

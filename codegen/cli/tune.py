@@ -120,19 +120,25 @@ def run_merge(project: Project, files: list[Path], *, err: Console) -> list[Path
     the project's entry (or an earlier file's) records a later measurement (LockEntry.measured_before): that one
     stays, and is counted. Each lockfile is written atomically. Returns the lockfiles written."""
     incoming = [read_lockfile(f, shown=f.as_posix()) for f in files]
-    # (target, device) -> path, lockfile, entries merged, entries kept because they were measured later
-    merged: dict[tuple[Target, str], tuple[Path, LockFile, int, int]] = {}
+    # (target, device) -> path, lockfile, entries merged, entries kept because they were measured later, entries
+    # superseded
+    merged: dict[tuple[Target, str], tuple[Path, LockFile, int, int, int]] = {}
     for lock in incoming:
         key = (lock.target, lock.device)
-        path, mine, n, kept = merged[key] if key in merged else (*_project_lock(project, *key), 0, 0)
+        path, mine, n, kept, superseded = merged[key] if key in merged else (*_project_lock(project, *key), 0, 0, 0)
         result = mine.merged(list(lock.entries), keep_later=True)
         now = {e.key: e for e in result.entries}
-        later = sum(1 for e in lock.entries if now[e.key] is not e)  # the merge kept the one it held
-        merged[key] = (path, result, n + len(lock.entries), kept + later)
+        # the merge kept the one it held (measured later), or dropped the file's: superseded by a later entry of
+        # the same spec and shape under another hand configuration
+        later = sum(1 for e in lock.entries if now.get(e.key, e) is not e)
+        gone = sum(1 for e in lock.entries if e.key not in now)
+        merged[key] = (path, result, n + len(lock.entries), kept + later, superseded + gone)
     written = []
-    for path, lock, n, kept in merged.values():
+    for path, lock, n, kept, superseded in merged.values():
         changed = write_lockfile(path, lock)
         kept_note = f" ({kept} kept: measured later than the merged file's)" if kept else ""
+        if superseded:
+            kept_note += f" ({superseded} superseded: the spec's hand configuration changed and was tuned later)"
         err.print(f"{path.relative_to(project.root).as_posix()}: {n} entries merged{kept_note}, {len(lock.entries)} "
                   "in all" + ("" if changed else " (unchanged)") + "; `tilegen gen` emits the tuned kernels",
                   markup=False)

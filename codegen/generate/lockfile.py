@@ -123,16 +123,26 @@ class LockFile:
                 "entries": [e.to_json() for e in rows]}
 
     def merged(self, new: list[LockEntry], *, keep_later: bool = False) -> LockFile:
-        """This lockfile with `new` entries replacing those of the same key (spec, hand hash, shape). With
-        `keep_later` (merging lockfiles measured elsewhere), an entry of this lockfile measured after the new one
-        stays: a copy of the project that tuned one spec carries the other specs' entries as they were when it was
-        copied, and merging it after a copy that re-tuned them must not bring the old measurements back."""
-        keep = {e.key: e for e in self.entries}
-        for e in new:
+        """This lockfile with `new` entries replacing those of the same key (spec, hand hash, shape), and those of
+        the same spec and shape under another hand configuration measured before them (the spec's hand changed
+        and it was tuned again: the old entry would only be reported stale). With `keep_later` (merging lockfiles
+        measured elsewhere), an entry of this lockfile measured after the new one stays: a copy of the project that
+        tuned one spec carries the other specs' entries as they were when it was copied, and merging it after a
+        copy that re-tuned them must not bring the old measurements back."""
+        def superseded(entry: LockEntry, by: LockEntry) -> bool:
+            return (entry.spec, entry.shape) == (by.spec, by.shape) and entry.hand_hash != by.hand_hash \
+                and entry.measured_before(by)
+
+        keep: dict[tuple[str, str, Shape], LockEntry] = {}
+        for e in [*self.entries, *new]:
             if e.device != self.device:
                 raise TilegenError(f"an entry measured on {e.device} cannot go into {self.device}'s lockfile")
-            if not (keep_later and e.key in keep and e.measured_before(keep[e.key])):
-                keep[e.key] = e
+            if keep_later and e.key in keep and e.measured_before(keep[e.key]):
+                continue
+            if any(superseded(e, other) for other in keep.values()):
+                continue
+            keep = {k: old for k, old in keep.items() if not superseded(old, e)}
+            keep[e.key] = e
         return LockFile(target=self.target, device=self.device, entries=tuple(keep.values()))
 
 
