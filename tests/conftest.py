@@ -7,10 +7,13 @@ a cold cache (one that checks a build *happens*, or interrupts it) keeps its own
 
 `lower_once`: TileLang lowering with the run's memo of lowered sources (one file per instance text, compile
 shape and target, in the run's folder): test_kernels lowers every (instance, shape), test_lowering the first
-shapes of the GEMMs again for their structure; whichever worker lowers one first, the other reads it.
+shapes of the GEMMs again for their structure. Both are marked `xdist_group("lowering")`, so under
+`--dist loadgroup` they run in one worker, one after the other, and a source is lowered once.
 
 test_build marks the tests of its build of every committed instance `xdist_group("build-grid")`: under
-`--dist loadgroup` they run in one worker, which builds the grid once with its own build workers.
+`--dist loadgroup` they run in one worker, which builds the grid once with its own build workers. The grid's
+builds lower the first shape of each hand instance of the targets whose compiler is here (tests/toolchains.py);
+test_kernels leaves those to it.
 """
 
 from __future__ import annotations

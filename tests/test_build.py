@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from toolchains import AVAILABLE, GFX942_MISSING, NVCC_MISSING
 from typer.testing import CliRunner
 
 from codegen.build import compile as build_mod
@@ -43,24 +44,6 @@ PROJECT = Project()
 ROOT = PROJECT.root
 
 
-def _gfx942_missing() -> str | None:
-    try:
-        find_gfx942(ROOT)
-    except ToolchainMissing as exc:
-        return str(exc)
-    return None
-
-
-def _nvcc_missing() -> str | None:
-    try:
-        find_cuda()
-    except ToolchainMissing as exc:
-        return str(exc)
-    return None
-
-
-GFX942_MISSING = _gfx942_missing()
-NVCC_MISSING = _nvcc_missing()
 needs_gfx942 = pytest.mark.skipif(GFX942_MISSING is not None, reason=f"no gfx942 toolchain: {GFX942_MISSING}")
 needs_nvcc = pytest.mark.skipif(NVCC_MISSING is not None, reason=f"no nvcc: {NVCC_MISSING}")
 
@@ -412,7 +395,6 @@ def test_committed_report_covers_the_committed_instances(target):
 
 # ---- compiling every committed instance ---------------------------------------------------------
 
-AVAILABLE = tuple(t for t, missing in ((Target.GFX942, GFX942_MISSING), (Target.SM_90, NVCC_MISSING)) if missing is None)
 # the hand configurations: a tuned winner is built by `tilegen build --all --write-report` (the committed report,
 # test_committed_report_covers_the_committed_instances) and was verified on its GPU when it was tuned
 GFX942_FILES = [f for f in PROJECT.rendered(targets=[Target.GFX942]) if f.is_hand]
@@ -469,6 +451,8 @@ def test_gfx942_instance_compiles_without_spills_and_uses_mfma(first_shapes, ren
     assert (max(k.lds_bytes for k in r.kernels) > 0) == (rendered.instance.lds_bytes > 0), rendered.uri
     entry = Path(r.entry) if Path(r.entry).is_absolute() else ROOT / r.entry
     assert (entry / "kernel.co").read_bytes()[:4] == b"\x7fELF"
+    # the lowered source (test_kernels leaves this (kernel, shape) to the grid): MFMA builtins where it uses them
+    assert ("__builtin_amdgcn_mfma" in (entry / "kernel.hip").read_text()) == rendered.instance.uses_matrix_cores()
     # one kernel per T.Kernel the instance launches: GEMM's specialized edges, attention decode's splits +
     # combine, a split row kernel's two
     assert len(r.kernels) == len(rendered.instance.launch_grids(rendered.instance.shapes[0]))
@@ -482,6 +466,7 @@ def test_sm90_instance_compiles_to_a_cubin(first_shapes, rendered):
     assert r.status in ("built", "cached"), f"{r.error} (log: {r.log})"
     entry = Path(r.entry) if Path(r.entry).is_absolute() else ROOT / r.entry
     assert (entry / "kernel.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert "__global__" in (entry / "kernel.cu").read_text()  # test_kernels leaves this (kernel, shape) to the grid
     for k in r.kernels:
         assert k.spills == 0, k.symbol
         assert 0 < k.ptxas.registers <= 255
