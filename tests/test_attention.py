@@ -848,6 +848,99 @@ def test_fa3_persistent_tile_order_is_the_templates_and_keeps_sections_in_l2():
                 assert len({(h, b) for _, h, b in part}) == section
 
 
+FA3_SNAKE = edit(edit(FA3_PERS, "grid: persistent", "grid: persistent\n  tile_order: snake"), "head_dim: 128",
+                 "head_dim: 128\n  causal: top_left")
+
+
+def _if_then_else(cond, a, b):  # T.if_then_else on Python values: the template's tile-loop lines run here
+    return a if cond else b
+
+
+def test_fa3_persistent_snake_deals_the_odd_rounds_in_reverse_as_the_template_does():
+    (inst,) = build_instances(parse_specs(FA3_SNAKE, FILE))
+    assert inst.stem() == "attn_fp16_d128_causal_128x64_t384_s2_fa3_pers_snake" and inst.snake
+    assert "persistent grid, snake" in inst.summary()["schedule"]
+    # tile_order strided is the kernel of a spec without the field: same name, same text
+    causal = edit(FA3_PERS, "head_dim: 128", "head_dim: 128\n  causal: top_left")
+    plain = render_all(build_instances(parse_specs(causal, FILE)))[0]
+    spelled = render_all(build_instances(parse_specs(edit(causal, "grid: persistent", "grid: persistent\n  tile_order: strided"), FILE)))[0]
+    assert plain.uri == spelled.uri and plain.text == spelled.text and "in reverse" not in plain.text
+    f = render_all(build_instances(parse_specs(FA3_SNAKE, FILE)))[0]
+    (tile_line,) = {m for m in re.findall(r"^\s+tile = (.+?)(?:\s+#.*)?$", f.text, re.MULTILINE)}  # producer, consumers
+    (rounds_line,) = re.findall(r"^\s+rounds = (.+?)(?:\s+#.*)?$", f.text, re.MULTILINE)
+    rounds_line = rounds_line.replace("T.if_then_else", "_if_then_else").replace("T.ceildiv", "_ceildiv")
+    tile_line = tile_line.replace("T.if_then_else", "_if_then_else")
+    for tiles, grid in ((12, 5), (10, 5), (14, 5), (7, 7), (17, 4), (512, 132), (160, 132), (288, 132)):
+        heads, q_blocks = tiles, 1  # (1, tiles, tiles, 128, 128): one query block of each head, `tiles` tiles
+        shape = (1, heads, heads, q_blocks * 128, 128)
+        inst_g = replace(inst, persistent_workgroups=grid)
+        dealt = []
+        for wg in range(grid):
+            scope = {"_if_then_else": _if_then_else, "_ceildiv": lambda a, b: -(-a // b), "q_blocks": q_blocks,
+                     "heads": heads, "batch": 1, "grid": grid, "wg": wg}
+            rounds = eval(rounds_line, scope)  # our own template
+            mine = [eval(tile_line, scope | {"r": r}) for r in range(rounds)]
+            assert mine == inst_g.persistent_tiles_of(wg, shape), (tiles, grid, wg)
+            assert [t // grid for t in mine] == list(range(rounds))  # one a round
+            assert all(t % grid == (grid - 1 - wg if (t // grid) % 2 else wg) for t in mine)  # odd rounds reversed
+            dealt += mine
+        assert sorted(dealt) == list(range(tiles)), (tiles, grid)  # every tile once
+        assert sorted(inst_g.persistent_last_tiles(shape)) == sorted(t[-1] for t in (inst_g.persistent_tiles_of(w, shape)
+                                                                                    for w in range(grid)))
+    # Llama-3-8B prefill (1x32x8x2048, 512 causal tiles on 132 SMs): dealt strided, the workgroup of the first
+    # longest tile also takes the longest of every later round; snake evens the KV blocks each workgroup loops over
+    llama = (1, 32, 8, 2048, 2048)
+    inst_r = replace(inst, tile_order=None)
+    blocks = {t: inst.persistent_tile(t, llama)[0] + 1 for t in range(512)}  # a query block's causal 128-key blocks
+    strided = max(sum(blocks[t] for t in inst_r.persistent_tiles_of(w, llama)) for w in range(132))
+    snake = max(sum(blocks[t] for t in inst.persistent_tiles_of(w, llama)) for w in range(132))
+    assert (strided, snake) == (40, 34) and sum(blocks.values()) / 132 > 32
+    # verify adds a rounds shape whose last round is dealt forward after a reversed one
+    *_, one, two = derived_shapes(inst)
+    assert inst.persistent_tiles(one) // 132 == 1 and inst.persistent_tiles(two) // 132 == 2
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (edit(FA3, "schedule: fa3", "schedule: fa3\n  tile_order: snake"),
+     ("specs/x.yaml:11:15: tile_order=snake: orders the rounds of schedule fa3's persistent grid (grid: persistent): "
+      "take tile_order: strided with grid tiles or another schedule [tile_order_grid]")),
+])
+def test_tile_order_is_the_persistent_grids(text, message):
+    assert errors(text) == [message]
+
+
+def test_fa3_persistent_snake_control_leaves_each_workgroups_last_tile():
+    from codegen.families.attention.numerics import persistent_last_round_skipped
+
+    text = edit(FA3_SNAKE, "block_n: 64", "block_n: 128")
+    (inst,) = build_instances(parse_specs(text, FILE))
+    shape = (1, 4, 2, 3 * 128, 256)  # 12 tiles
+    inst = replace(inst, persistent_workgroups=5, l2_kv_bytes=2 * 256 * 128 * 2)
+    # rounds of 5: 0-4 forward, 5-9 reversed, 10-11 forward: the last tiles are 10, 11 (workgroups 0, 1) and 7, 6, 5
+    # (workgroups 2, 3, 4)
+    assert sorted(inst.persistent_last_tiles(shape)) == [5, 6, 7, 10, 11]
+    order = [inst.persistent_tile(t, shape)[:2] for t in range(12)]
+    fam = family(inst).numerics
+    case = fam.make_inputs(inst, shape, seed=0, kind="normal", device="cpu", run_target=inst.target)
+    ref, _ = fam.reference(inst, case)
+    bad = persistent_last_round_skipped(inst, case, ref)
+    unwritten = {(qb, h) for qb in range(3) for h in range(4) if bad[0, qb * 128:(qb + 1) * 128, h].isnan().all()}
+    assert unwritten == {order[t] for t in (5, 6, 7, 10, 11)}
+    status, _cmp, controls = check_output(inst, shape, lambda c, r: r)
+    assert status == "verified" and controls["persistent_last_round_skipped"] == "rejected", controls
+
+
+def test_fa3_persistent_snake_lowers_to_the_reversed_rounds():
+    text = edit(FA3_SNAKE, "block_n: 64", "block_n: 128")
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    src = lower(f, (1, 16, 4, 1280, 1280), "sm_90").source  # 160 tiles on 132 workgroups: 28 in a reversed round
+    # every role's loop runs 1 round, or 2 for the last 28 workgroups
+    # (the partial round is odd, dealt in reverse): ceil((160 - (131 - wg)) / 132), 2 from workgroup 104 on
+    assert len(re.findall(r"for \(int r(_\d+)? = 0; r(_\d+)? < \(\(\(\(int\)blockIdx\.x\) \+ 160\) / 132\);", src)) == 3
+    assert "131 - ((int)blockIdx.x)" in src  # a reversed round's workgroup
+    assert src.count("kv_done[0] = ") == 4
+
+
 def test_fa3_persistent_lowers_to_tile_loops_that_refill_q_once_o_has_left():
     text = edit(edit(FA3_PERS, "head_dim: 128", "head_dim: 128\n  causal: top_left"), "block_n: 64", "block_n: 128")
     f = render_all(build_instances(parse_specs(text, FILE)))[0]

@@ -29,6 +29,7 @@ from codegen.families.attention.spec import (
     AttentionVariant,
     CausalMask,
     SplitKvCombine,
+    TileOrder,
     VLayout,
 )
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
@@ -121,11 +122,15 @@ class AttentionInstance(InstanceBase):
     # fa3 with grid persistent, causal: the bytes of K and V the tile order keeps in L2 at once (half the target's
     # L2): the tiles go in sections of (batch, query head) pairs whose K and V fit them (kv_section); None otherwise
     l2_kv_bytes: int | None = None
+    # fa3 with grid persistent, tile_order snake: "snake" -- odd rounds deal their tiles in reverse
+    # (persistent_tiles_of); None: strided, tiles w, w + grid, ... (identity only where set)
+    tile_order: str | None = None
     # decode, split_kv_combine fixup: "fixup" -- the last split of each block of rows merges the splits (SPLIT_ARRIVALS:
     # int32 counters, zero on entry and left zero; no combine kernel); None: the combine kernel (identity only where set)
     combine: str | None = None
 
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv", "combine_vec", "combine", "l2_kv_bytes")
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("split_wave", "dynamic_kv", "combine_vec", "combine", "l2_kv_bytes",
+                                                    "tile_order")
 
     @property
     def fixup(self) -> bool:
@@ -140,6 +145,11 @@ class AttentionInstance(InstanceBase):
         """A grid of at most persistent_workgroups workgroups looping over the tiles (schedule persistent, or
         schedule fa3 with grid persistent)."""
         return self.persistent_workgroups > 0
+
+    @property
+    def snake(self) -> bool:
+        """fa3's persistent grid deals the odd rounds' tiles in reverse (tile_order snake)."""
+        return self.tile_order == TileOrder.SNAKE.value
 
     @property
     def v_transposed(self) -> bool:
@@ -158,7 +168,8 @@ class AttentionInstance(InstanceBase):
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
         split = f"_k{self.split_label}" if self.variant == AttentionVariant.DECODE else ""
         schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent",
-                    AttentionSchedule.FA3: "_fa3_pers" if self.persistent_grid else "_fa3"}.get(self.schedule, "")
+                    AttentionSchedule.FA3: ("_fa3_pers" + ("_snake" if self.snake else "")) if self.persistent_grid
+                    else "_fa3"}.get(self.schedule, "")
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         vt = "_vt" if self.v_transposed else ""
         dyn = "_dynkv" if self.dynamic_kv is not None else ""
@@ -363,6 +374,21 @@ class AttentionInstance(InstanceBase):
             return q_blocks - 1 - tile // (heads * batch), tile % heads, tile // heads % batch
         return tile % q_blocks, tile // q_blocks % heads, tile // (q_blocks * heads) % batch
 
+    def persistent_tiles_of(self, wg: int, shape: tuple[int, ...]) -> list[int]:
+        """Persistent grid: the tiles (persistent_tile's numbers) workgroup `wg` computes, in order, as the template's
+        tile loop deals them -- round r's tile r * grid + wg, or with tile_order snake r * grid + grid - 1 - wg in
+        the odd rounds; grid = min(persistent_workgroups, tiles), and a last round's numbers past the tiles are
+        nobody's."""
+        tiles = self.persistent_tiles(shape)
+        grid = min(self.persistent_workgroups, tiles)
+        dealt = (r * grid + (grid - 1 - wg if self.snake and r % 2 else wg) for r in range(-(-tiles // grid)))
+        return [t for t in dealt if t < tiles]
+
+    def persistent_last_tiles(self, shape: tuple[int, ...]) -> list[int]:
+        """The last tile of each workgroup of the persistent grid (the tiles a loop one round short leaves)."""
+        grid = min(self.persistent_workgroups, self.persistent_tiles(shape))
+        return [self.persistent_tiles_of(wg, shape)[-1] for wg in range(grid)]
+
     def metadata(self, uri: str) -> dict[str, object]:
         i, o, acc = self.spec_dtypes
         return {
@@ -401,7 +427,7 @@ class AttentionInstance(InstanceBase):
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
                 "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
-                             f"{'persistent grid, ' if self.persistent_grid and self.schedule == AttentionSchedule.FA3 else ''}"
+                             f"{'persistent grid, ' if self.persistent_grid and self.schedule == AttentionSchedule.FA3 else ''}{'snake, ' if self.snake else ''}"
                              f"{f'k_pack {self.k_pack}, ' if self.k_pack > 1 else ''}"
                              f"{'V transposed, ' if self.v_transposed else ''}stages {self.stages}"),
                 "tail": self.tail.value}
@@ -446,6 +472,7 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
                      and tuning.split_kv_combine != SplitKvCombine.FIXUP else None),
         # (normalised away with one fixed split: nothing to merge)
         l2_kv_bytes=hw.l2_bytes // 2 if fa3_persistent and spec.causal != CausalMask.NONE and hw.l2_bytes else None,
+        tile_order=TileOrder.SNAKE.value if fa3_persistent and tuning.tile_order == TileOrder.SNAKE else None,
         combine=(SplitKvCombine.FIXUP.value if decode and tuning.split_kv_combine == SplitKvCombine.FIXUP
                  and tuning.split_kv != 1 else None),
         softmax_scale=scale,

@@ -92,6 +92,8 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
         return shapes
     one = math.lcm(bm, bn)
     rounds = [persistent_rounds_shape(inst)] if inst.persistent_grid else []
+    if inst.persistent_grid and inst.snake:  # a last round dealt forward after a reversed one
+        rounds.append(persistent_rounds_shape(inst, rounds=2))
     if inst.tail == TailPolicy.NONE:
         return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one), *rounds]
     return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1), *rounds]
@@ -118,13 +120,14 @@ def dynamic_kv_shapes(inst) -> list[tuple[int, int, int, int, int]]:
 PERSISTENT_CHECK_HEADS, PERSISTENT_CHECK_KV_HEADS = 16, 4  # the rounds shape: 4 query heads per K/V head
 
 
-def persistent_rounds_shape(inst) -> tuple[int, int, int, int, int]:
-    """A persistent grid (schedule persistent, fa3's grid persistent): a shape of more tiles than the grid has workgroups, so that some workgroups run a
-    second tile (its accumulators reset, its Q reloaded): 16 heads on 4 K/V heads and one query block more
-    than workgroups / 16 -- gfx942 (304 workgroups) 20 blocks, 320 tiles. No tail policy: seq_q = seq_kv, a
-    multiple of lcm(block_m, block_n); predicated: one row short of that many query blocks."""
+def persistent_rounds_shape(inst, rounds: int = 1) -> tuple[int, int, int, int, int]:
+    """A persistent grid (schedule persistent, fa3's grid persistent): a shape of more tiles than the grid has
+    workgroups, so that some workgroups run another tile (its accumulators reset, its Q reloaded): 16 heads on 4 K/V
+    heads and one query block more than `rounds` x workgroups / 16 -- gfx942 (304 workgroups) 20 blocks, 320 tiles.
+    No tail policy: seq_q = seq_kv, a multiple of lcm(block_m, block_n); predicated: one row short of that many
+    query blocks."""
     bm, one = inst.block_m, math.lcm(inst.block_m, inst.block_n)
-    q_blocks = -(-inst.persistent_workgroups // PERSISTENT_CHECK_HEADS) + 1
+    q_blocks = -(-rounds * inst.persistent_workgroups // PERSISTENT_CHECK_HEADS) + 1
     seq = (q_blocks * bm - 1) if inst.tail != TailPolicy.NONE else -(-q_blocks * bm // one) * one
     return (1, PERSISTENT_CHECK_HEADS, PERSISTENT_CHECK_KV_HEADS, seq, seq)
 
@@ -387,15 +390,15 @@ def v_transposed_keys_reversed(inst, case: AttentionCase):
 
 def persistent_last_round_skipped(inst, case: AttentionCase, ref):
     """Negative control persistent_last_round_skipped: the persistent loop one round short -- every workgroup
-    skips its last tile, i.e. the last `grid` tiles (instance.persistent_tile's order) stay unwritten (verify's
-    NaN fill). With no more tiles than workgroups that is every tile; persistent_rounds_shape has more."""
+    skips its last tile (instance.persistent_last_tiles: with tile_order strided the last `grid` tiles of
+    instance.persistent_tile's order), which stays unwritten (verify's NaN fill). With no more tiles than
+    workgroups that is every tile; persistent_rounds_shape has more."""
     batch, heads = case.whole if case.whole is not None else (case.Q.shape[0], case.Q.shape[2])
     seq_q = case.seq_q if case.seq_q is not None else case.Q.shape[1]
     shape = (batch, heads, case.K.shape[2], seq_q, case.K.shape[1])
-    tiles = inst.persistent_tiles(shape)
     out = ref.clone()
     rows0, rows1 = case.q_offset, case.q_offset + ref.shape[1]
-    for tile in range(tiles - min(inst.persistent_workgroups, tiles), tiles):
+    for tile in inst.persistent_last_tiles(shape):
         qb, h, b = inst.persistent_tile(tile, shape)
         lo, hi = max(qb * inst.block_m, rows0), min((qb + 1) * inst.block_m, rows1)
         b, h = b - case.batch_offset, h - case.head_offset

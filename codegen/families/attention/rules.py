@@ -19,6 +19,7 @@ from codegen.families.attention.spec import (
     AttentionVariant,
     CausalMask,
     SplitKvCombine,
+    TileOrder,
     VLayout,
 )
 from codegen.families.gemm.rules import transposed_b_rows
@@ -368,6 +369,16 @@ def attn_grid_schedule(c: AttentionContext) -> Iterator[Violation]:
                                 "differs)")
 
 
+def attn_tile_order_grid(c: AttentionContext) -> Iterator[Violation]:
+    """Rule tile_order_grid: tile_order deals the tiles of fa3's persistent grid; a grid of one workgroup per tile
+    has no rounds to order."""
+    if c.tuning.tile_order != TileOrder.STRIDED and not (c.tuning.grid == GridPolicy.PERSISTENT
+                                                          and c.tuning.schedule == AttentionSchedule.FA3):
+        yield Violation(rule="tile_order_grid", path=c.at("tile_order"), value=c.tuning.tile_order.value,
+                        message="orders the rounds of schedule fa3's persistent grid (grid: persistent): take "
+                                "tile_order: strided with grid tiles or another schedule")
+
+
 VECTOR_BYTES = 16  # v_layout transposed: one 16-byte global load per lane of each key row's piece
 
 
@@ -464,7 +475,7 @@ ATTENTION_RULES: tuple[AttentionRule, ...] = (
     attn_dtype_supported, attn_head_dim, attn_gqa_heads, attn_wave_multiple, attn_mma_shape, attn_lds_budget,
     attn_tail_policy, attn_split_kv, attn_dynamic_kv, attn_combine_vec, attn_split_kv_combine, attn_causal_alignment, attn_k_pack_target,
     attn_k_pack_schedule, attn_ws_target, attn_ws_variant, attn_ws_tiles, attn_ws_registers, attn_fa3_ragged_causal, attn_persistent_variant,
-    attn_grid_schedule, attn_v_layout_schedule, attn_v_layout_tile,
+    attn_grid_schedule, attn_tile_order_grid, attn_v_layout_schedule, attn_v_layout_tile,
 )
 
 

@@ -104,6 +104,17 @@ class AttentionSchedule(StrEnum):
     FA3 = "fa3"
 
 
+class TileOrder(StrEnum):
+    """How fa3's persistent grid deals its tiles to its workgroups, round after round (the tile order itself --
+    causal longest first, in L2 sections -- is the same). strided: workgroup w takes tiles w, w + grid, w + 2 *
+    grid, ... snake: the even rounds as strided, the odd ones in reverse (workgroup w takes tile (r + 1) * grid - 1
+    - w of round r), so a workgroup that took one of a round's longest causal tiles takes one of the next round's
+    shortest. Rule tile_order_grid."""
+
+    STRIDED = "strided"
+    SNAKE = "snake"
+
+
 class VLayout(StrEnum):
     """How the prefill stages V's BLOCK_N x head_dim tile (keys x head_dim, as stored) in LDS for P.V, whose
     B operand runs along the keys. natural: as stored (the MFMA reads B 2 bytes a lane, ds_read_u16).
@@ -148,6 +159,9 @@ ATTENTION_KNOBS: tuple[Knob, ...] = (
     Knob(name="grid", type=GridPolicy, default=GridPolicy.TILES,
          doc="schedule fa3: one workgroup per (query block, head, batch) tile, or persistent (one per SM, each "
              "looping over tiles, causal ones longest first; rule grid_schedule)"),
+    Knob(name="tile_order", type=TileOrder, default=TileOrder.STRIDED,
+         doc="schedule fa3, grid persistent: the tiles dealt to the workgroups strided (w, w + grid, ...) or snake "
+             "(odd rounds in reverse: each workgroup's causal loops even out; rule tile_order_grid)"),
     Knob(name="k_pack", type=int_choice(1, 2), default=1, takes=K_PACK.takes,
          doc="gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, "
              "k_pack_schedule)"),
@@ -222,6 +236,7 @@ STARTER = """\
   # split_kv_combine: kernel # decode: kernel (a second kernel merges the splits) | fixup (the last split does)
   # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
   # grid: tiles             # schedule fa3: tiles (a workgroup per query block) | persistent (one per SM)
+  # tile_order: strided     # grid persistent: tiles w, w + grid, ... (strided) | odd rounds reversed (snake)
   # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
   # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed
   tail: none
