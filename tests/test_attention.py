@@ -733,7 +733,7 @@ def test_the_fa3_seeds_are_sm90_only_and_search_small_spaces():
     project = Project()
     specs = {s.spec.name: s.spec for s in load_spec_files(project.spec_paths(None), project.root) if s.spec.name in by_name}
     assert {n: space_size(spec, spec.targets[0]) for n, spec in specs.items() if spec.search} == {
-        "attn_bf16_gqa_causal_fa3": 8, "attn_fp16_d128_causal_fa3": 8, "attn_fp16_d128_fa3": 16, "attn_fp16_d64_causal_fa3": 24}
+        "attn_bf16_gqa_causal_fa3": 16, "attn_fp16_d128_causal_fa3": 16, "attn_fp16_d128_fa3": 16, "attn_fp16_d64_causal_fa3": 24}
 
 
 def _fa3_source(name: str, shape: tuple[int, ...]) -> str:

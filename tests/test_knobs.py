@@ -80,8 +80,8 @@ def test_tunables_and_their_order():
     assert gemm.GemmSpec.TARGET_ONLY == (K_PACK, gemm.LDS_LAYOUT, gemm.B_EVICTION, gemm.EPILOGUE)
     assert [o.name for o in gemm.GemmSpec.TARGET_ONLY] == ["k_pack", "lds_layout", "b_eviction", "epilogue"]
     assert attention.ATTENTION_TUNABLES == ("tiling.block_m", "tiling.block_n", "tiling.threads", "pipeline.stages",
-                                            "split_kv", "combine_vec", "split_kv_combine", "schedule", "grid", "k_pack",
-                                            "v_layout")
+                                            "split_kv", "combine_vec", "split_kv_combine", "schedule", "grid",
+                                            "tile_order", "k_pack", "v_layout")
     assert attention.AttentionSpec.TARGET_ONLY == (K_PACK,)
     assert rows.ROW_TUNABLES == ("threads", "vector", "unroll", "variant", "tail", "peel", "split", "pack")
 
