@@ -129,21 +129,23 @@ class LockFile:
         measured elsewhere), an entry of this lockfile measured after the new one stays: a copy of the project that
         tuned one spec carries the other specs' entries as they were when it was copied, and merging it after a
         copy that re-tuned them must not bring the old measurements back."""
-        def superseded(entry: LockEntry, by: LockEntry) -> bool:
-            return (entry.spec, entry.shape) == (by.spec, by.shape) and entry.hand_hash != by.hand_hash \
-                and entry.measured_before(by)
-
-        keep: dict[tuple[str, str, Shape], LockEntry] = {}
+        groups: dict[tuple[str, Shape], dict[str, LockEntry]] = {}  # (spec, shape) -> hand hash -> entry
         for e in [*self.entries, *new]:
             if e.device != self.device:
                 raise TilegenError(f"an entry measured on {e.device} cannot go into {self.device}'s lockfile")
-            if keep_later and e.key in keep and e.measured_before(keep[e.key]):
+            group = groups.setdefault((e.spec, e.shape), {})
+            held = group.get(e.hand_hash)
+            if keep_later and held is not None and e.measured_before(held):
                 continue
-            if any(superseded(e, other) for other in keep.values()):
-                continue
-            keep = {k: old for k, old in keep.items() if not superseded(old, e)}
-            keep[e.key] = e
-        return LockFile(target=self.target, device=self.device, entries=tuple(keep.values()))
+            others = {h: old for h, old in group.items() if h != e.hand_hash}
+            if any(e.measured_before(old) for old in others.values()):
+                continue  # another hand configuration was tuned later: this entry is the superseded one
+            for h, old in others.items():
+                if old.measured_before(e):
+                    del group[h]
+            group[e.hand_hash] = e
+        return LockFile(target=self.target, device=self.device,
+                        entries=tuple(e for group in groups.values() for e in group.values()))
 
 
 # ---- reading: a lockfile is data from outside ---------------------------------------------------------
