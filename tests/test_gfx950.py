@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from toolchains import missing
 
 from codegen.build.compile import BuildOptions, build
 from codegen.core.hardware import DType, Target
@@ -30,15 +31,7 @@ PROJECT = Project()
 HW = HARDWARE[Target.GFX950]
 
 
-def _missing() -> str | None:
-    try:
-        gfx950.find_gfx950(ROOT)
-    except ToolchainMissing as exc:
-        return str(exc)
-    return None
-
-
-GFX950_MISSING = _missing()
+GFX950_MISSING = missing(Target.GFX950)
 needs_gfx950 = pytest.mark.skipif(GFX950_MISSING is not None, reason=f"no gfx950 toolchain: {GFX950_MISSING}")
 
 

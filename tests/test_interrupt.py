@@ -23,10 +23,9 @@ from pathlib import Path
 
 import pytest
 from spectext import REPO_ROOT
+from toolchains import GFX942_MISSING
 
 from codegen.build.cache import BuildCache
-from codegen.core.toolchain import ToolchainMissing
-from codegen.targets.gfx942 import find_gfx942
 
 TILEGEN = str(Path(sys.executable).with_name("tilegen"))
 SPECS = ("softmax_fp16_online", "rmsnorm_fp16", "gemm_fp16_decode", "layernorm_fp16")  # ~9 s cold with -j 2
@@ -40,15 +39,6 @@ EXIT_S = 120.0
 GROUP_EXIT_S = 60.0  # then for the rest of the group (the resource tracker exits once the last worker has)
 
 
-def _gfx942_missing() -> str | None:
-    try:
-        find_gfx942(REPO_ROOT)
-    except ToolchainMissing as exc:
-        return str(exc)
-    return None
-
-
-GFX942_MISSING = _gfx942_missing()
 needs_gfx942 = pytest.mark.skipif(GFX942_MISSING is not None, reason=f"no gfx942 toolchain: {GFX942_MISSING}")
 
 

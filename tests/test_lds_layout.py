@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 from spectext import FILE, REPO_ROOT, edit, errors
+from toolchains import GFX942_MISSING
 
 from codegen.build.compile import BuildOptions, build_files
 from codegen.core.hardware import Target
-from codegen.core.toolchain import ToolchainMissing
 from codegen.generate.instance import build_instances
 from codegen.generate.lower import lower
 from codegen.generate.render import render_all
 from codegen.spec.load import parse_specs
-from codegen.targets.gfx942 import find_gfx942
 from codegen.tune.search import constrain, expand
 
 BASE = """\
@@ -168,15 +167,8 @@ def test_search_lists_it_and_the_sm_90_point_is_refused_by_rule():
 
 # ---- the real gfx942 ISA ---------------------------------------------------------------------------------
 
-def _gfx942_missing() -> str | None:
-    try:
-        find_gfx942(REPO_ROOT)
-    except ToolchainMissing as exc:
-        return str(exc)
-    return None
 
-
-@pytest.mark.skipif(_gfx942_missing() is not None, reason="no gfx942 toolchain")
+@pytest.mark.skipif(GFX942_MISSING is not None, reason="no gfx942 toolchain")
 def test_gfx942_isa_reads_b_from_lds_as_wide_as_the_nt_kernel(build_cache):
     """One 128x128x64 fp16 block, k_pack 2, built three ways: nn natural reads B 2 bytes a lane (ds_read_u16),
     nn transposed_b reads only ds_read_b128 -- as many as nt -- with no spill and no fewer waves per SIMD."""

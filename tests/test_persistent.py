@@ -13,10 +13,10 @@ import torch
 from numcheck import check_output
 from seeds import hand_files
 from spectext import FILE, REPO_ROOT, check_rule_case, edit, errors
+from toolchains import missing
 
 from codegen.build.compile import BuildOptions, build_files
 from codegen.core.hardware import Target
-from codegen.core.toolchain import ToolchainMissing
 from codegen.families.gemm.instance import PersistentSchedule
 from codegen.families.gemm.numerics import gemm_derived_shapes
 from codegen.families.gemm.spec import GEMM_TUNABLES
@@ -240,17 +240,10 @@ def test_the_chunked_check_has_the_last_round_control():
 
 # ---- the real builds ----------------------------------------------------------------------------------
 
-def _missing(target: Target) -> str | None:
-    try:
-        TARGETS[target].find_toolchain(REPO_ROOT)
-    except ToolchainMissing as exc:
-        return str(exc)
-    return None
-
 
 @pytest.mark.parametrize("target", [Target.GFX942, Target.SM_90])
 def test_the_seed_builds_without_spills_and_holds_the_residency_it_assumes(target, build_cache):
-    if (why := _missing(target)) is not None:
+    if (why := missing(target)) is not None:
         pytest.skip(f"no {target} toolchain: {why}")
     f = SEED_FILES[target]
     report = build_files([f], REPO_ROOT, BuildOptions(cache_dir=build_cache, jobs=2))

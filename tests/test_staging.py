@@ -14,10 +14,10 @@ import pytest
 import torch
 from numcheck import check_output
 from spectext import FILE, REPO_ROOT, check_rule_case, edit, errors
+from toolchains import GFX942_MISSING
 
 from codegen.build.compile import BuildOptions, build_files
 from codegen.core.hardware import Target
-from codegen.core.toolchain import ToolchainMissing
 from codegen.families import family
 from codegen.families.gemm.numerics import gemm_derived_shapes
 from codegen.families.gemm.rules import unaligned_operands
@@ -27,7 +27,6 @@ from codegen.generate.lower import lower
 from codegen.generate.pipeline import Project
 from codegen.generate.render import render_all
 from codegen.spec.load import parse_specs
-from codegen.targets.gfx942 import find_gfx942
 from codegen.tune.search import constrain, expand
 
 BASE = """\
@@ -285,15 +284,8 @@ def test_the_workspaces_are_nan_filled_in_the_inputs_dtype_and_passed_between_b_
 
 # ---- the real gfx942 ISA ---------------------------------------------------------------------------------
 
-def _gfx942_missing() -> str | None:
-    try:
-        find_gfx942(REPO_ROOT)
-    except ToolchainMissing as exc:
-        return str(exc)
-    return None
 
-
-@pytest.mark.skipif(_gfx942_missing() is not None, reason="no gfx942 toolchain")
+@pytest.mark.skipif(GFX942_MISSING is not None, reason="no gfx942 toolchain")
 def test_gfx942_padded_main_loop_loads_16_bytes_where_the_predicated_one_loads_2(build_cache):
     """The seed and its predicated twin at 1000x1001x1001, built together: the padded main kernel's loop loads
     only global_load_dwordx4 and spills nothing; the predicated kernel's loop loads 2 bytes (global_load_ushort)."""
