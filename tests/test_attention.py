@@ -733,7 +733,7 @@ def test_the_fa3_seeds_are_sm90_only_and_search_small_spaces():
     project = Project()
     specs = {s.spec.name: s.spec for s in load_spec_files(project.spec_paths(None), project.root) if s.spec.name in by_name}
     assert {n: space_size(spec, spec.targets[0]) for n, spec in specs.items() if spec.search} == {
-        "attn_bf16_gqa_causal_fa3": 16, "attn_fp16_d128_causal_fa3": 16, "attn_fp16_d128_fa3": 16, "attn_fp16_d64_causal_fa3": 24}
+        "attn_bf16_gqa_causal_fa3": 24, "attn_fp16_d128_causal_fa3": 24, "attn_fp16_d128_fa3": 16, "attn_fp16_d64_causal_fa3": 24}
 
 
 def _fa3_source(name: str, shape: tuple[int, ...]) -> str:
@@ -904,6 +904,9 @@ def test_fa3_persistent_snake_deals_the_odd_rounds_in_reverse_as_the_template_do
     (edit(FA3, "schedule: fa3", "schedule: fa3\n  tile_order: snake"),
      ("specs/x.yaml:11:15: tile_order=snake: orders the rounds of schedule fa3's persistent grid (grid: persistent): "
       "take tile_order: strided with grid tiles or another schedule [tile_order_grid]")),
+    (edit(FA3, "schedule: fa3", "schedule: fa3\n  tile_order: dynamic"),
+     ("specs/x.yaml:11:15: tile_order=dynamic: orders the rounds of schedule fa3's persistent grid (grid: persistent): "
+      "take tile_order: strided with grid tiles or another schedule [tile_order_grid]")),
 ])
 def test_tile_order_is_the_persistent_grids(text, message):
     assert errors(text) == [message]
@@ -939,6 +942,84 @@ def test_fa3_persistent_snake_lowers_to_the_reversed_rounds():
     assert len(re.findall(r"for \(int r(_\d+)? = 0; r(_\d+)? < \(\(\(\(int\)blockIdx\.x\) \+ 160\) / 132\);", src)) == 3
     assert "131 - ((int)blockIdx.x)" in src  # a reversed round's workgroup
     assert src.count("kv_done[0] = ") == 4
+
+
+FA3_DYNAMIC = edit(FA3_SNAKE, "tile_order: snake", "tile_order: dynamic")
+
+
+def test_fa3_persistent_dynamic_takes_its_tiles_from_a_zeroed_counter():
+    (inst,) = build_instances(parse_specs(FA3_DYNAMIC, FILE))
+    assert inst.stem() == "attn_fp16_d128_causal_128x64_t384_s2_fa3_pers_dyn" and inst.dynamic and not inst.snake
+    assert "persistent grid, dynamic" in inst.summary()["schedule"]
+    shape = (1, 16, 4, 1280, 1280)  # 160 tiles on 132 workgroups
+    assert inst.workspace_shapes(shape) == ((1,),) and inst.workspace_dtypes() == ("int32",)
+    assert inst.workspace_zeroed() == (True,)
+    # which tiles a workgroup computes is decided as the grid runs: the control leaves every tile past the first
+    assert inst.persistent_last_tiles(shape) == list(range(132, 160))
+    with pytest.raises(ValueError, match="decided as the grid runs"):
+        inst.persistent_tiles_of(0, shape)
+    # verify adds shapes where workgroups take one and two tiles from the counter
+    *_, one, two = derived_shapes(inst)
+    assert inst.persistent_tiles(one) // 132 == 1 and inst.persistent_tiles(two) // 132 == 2
+    case = ATTENTION.make_inputs(inst, one, seed=0, kind="normal", device="cpu", run_target=inst.target)
+    (counter,) = case.workspace
+    assert counter.dtype == torch.int32 and counter.shape == (1,) and not counter.any()
+    assert ATTENTION.after_launch(inst, case) == ""
+    counter[0] = 160
+    assert "1 of 1 arrival counters left non-zero" in ATTENTION.after_launch(inst, case)
+    # strided and snake take no workspace
+    assert build_instances(parse_specs(FA3_SNAKE, FILE))[0].workspace_shapes(shape) == ()
+
+
+def test_fa3_persistent_dynamic_hands_out_every_tile_once_and_leaves_the_counter_zero():
+    """The template's fetch (`cur[0] = T.shfl_sync(fetched[0], 0) + ...`, the reset at the launch's last number)
+    run here on the workgroups in random orders: every tile is computed once and the counter ends at zero."""
+    import random
+
+    f = render_all(build_instances(parse_specs(FA3_DYNAMIC, FILE)))[0]
+    (step,) = re.findall(r"^\s+cur\[0\] = T\.shfl_sync\(fetched\[0\], 0\) (.+?)(?:\s+#.*)?$", f.text, re.MULTILINE)
+    (last,) = re.findall(r"^\s+if fetched\[0\] == (.+?):$", f.text, re.MULTILINE)
+    (first,) = re.findall(r"^\s+cur\[0\] = (wg)\b", f.text, re.MULTILINE)
+    rng = random.Random(0)
+    for tiles, grid in ((12, 5), (5, 5), (160, 132), (512, 132), (133, 132)):
+        counter, done = [0], []
+        cur = {wg: eval(first, {"wg": wg}) for wg in range(grid)}  # our own template
+        while cur:
+            wg = rng.choice(sorted(cur))  # whichever workgroup comes free next
+            done.append(cur[wg])
+            fetched = counter[0]
+            counter[0] += 1
+            if fetched == eval(last, {"tiles": tiles}):
+                counter[0] = 0
+            cur[wg] = eval(f"fetched {step}", {"fetched": fetched, "grid": grid})
+            if cur[wg] >= tiles:
+                del cur[wg]
+        assert sorted(done) == list(range(tiles)) and counter == [0], (tiles, grid)
+
+
+def test_fa3_persistent_dynamic_control_and_verify():
+    text = edit(FA3_DYNAMIC, "block_n: 64", "block_n: 128")
+    (inst,) = build_instances(parse_specs(text, FILE))
+    shape = (1, 4, 2, 3 * 128, 256)  # 12 tiles on 5 workgroups: tiles 5-11 come from the counter
+    inst = replace(inst, persistent_workgroups=5, l2_kv_bytes=2 * 256 * 128 * 2)
+    status, _cmp, controls = check_output(inst, shape, lambda c, r: r)
+    assert status == "verified" and controls["persistent_fetch_skipped"] == "rejected", controls
+    assert "persistent_last_round_skipped" not in controls
+
+
+def test_fa3_persistent_dynamic_lowers_to_a_counter_the_producer_warp_shares():
+    text = edit(FA3_DYNAMIC, "block_n: 64", "block_n: 128")
+    f = render_all(build_instances(parse_specs(text, FILE)))[0]
+    assert 'TILE_COUNTER: T.Tensor((1,), "int32"),' in f.text
+    src = lower(f, (1, 16, 4, 1280, 1280), "sm_90").source  # 160 tiles on 132 workgroups
+    # one lane takes a number, the last number of the launch sets the counter back to zero, the warp shares it
+    assert re.search(r"if \(\(\(int\)threadIdx\.x\) == 0\) \{\s*fetched\[0\] = AtomicAddRet\(\(&\(TILE_COUNTER\[0\]\)\), 1\);"
+                     r"\s*if \(fetched\[0\] == 159\) \{\s*TILE_COUNTER\[0\] = 0;", src)
+    assert "cur[0] = (__shfl_sync((uint)4294967295, fetched[0], 0, 32) + 132);" in src
+    # the producer and each consumer loop until a tile number past the tiles; a round's number in slot r % 2
+    assert src.count("if (!((cur[0] < 160))) { break; }") == 3
+    assert "((int*)tile_ids)[(r & 1)] = tile;" in src and "((int*)tile_ids)[(cur[1] & 1)] = 160;" in src
+    assert src.count("cur[0] = ((int*)tile_ids)[(cur[1] & 1)];") == 2 and "for (int r = " not in src
 
 
 def test_fa3_persistent_lowers_to_tile_loops_that_refill_q_once_o_has_left():

@@ -122,8 +122,9 @@ class AttentionInstance(InstanceBase):
     # fa3 with grid persistent, causal: the bytes of K and V the tile order keeps in L2 at once (half the target's
     # L2): the tiles go in sections of (batch, query head) pairs whose K and V fit them (kv_section); None otherwise
     l2_kv_bytes: int | None = None
-    # fa3 with grid persistent, tile_order snake: "snake" -- odd rounds deal their tiles in reverse
-    # (persistent_tiles_of); None: strided, tiles w, w + grid, ... (identity only where set)
+    # fa3 with grid persistent: "snake" -- odd rounds deal their tiles in reverse (persistent_tiles_of); "dynamic" --
+    # each workgroup's tiles after its first from TILE_COUNTER (int32, zero on entry and left zero); None: strided,
+    # tiles w, w + grid, ... (identity only where set)
     tile_order: str | None = None
     # decode, split_kv_combine fixup: "fixup" -- the last split of each block of rows merges the splits (SPLIT_ARRIVALS:
     # int32 counters, zero on entry and left zero; no combine kernel); None: the combine kernel (identity only where set)
@@ -152,6 +153,11 @@ class AttentionInstance(InstanceBase):
         return self.tile_order == TileOrder.SNAKE.value
 
     @property
+    def dynamic(self) -> bool:
+        """fa3's persistent grid takes its tiles from a counter as its workgroups come free (tile_order dynamic)."""
+        return self.tile_order == TileOrder.DYNAMIC.value
+
+    @property
     def v_transposed(self) -> bool:
         return self.v_layout == VLayout.TRANSPOSED.value
 
@@ -168,7 +174,7 @@ class AttentionInstance(InstanceBase):
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
         split = f"_k{self.split_label}" if self.variant == AttentionVariant.DECODE else ""
         schedule = {AttentionSchedule.WS: "_ws", AttentionSchedule.PERSISTENT: "_persistent",
-                    AttentionSchedule.FA3: ("_fa3_pers" + ("_snake" if self.snake else "")) if self.persistent_grid
+                    AttentionSchedule.FA3: ("_fa3_pers" + ("_snake" if self.snake else "_dyn" if self.dynamic else "")) if self.persistent_grid
                     else "_fa3"}.get(self.schedule, "")
         kp = f"_kp{self.k_pack}" if self.k_pack > 1 else ""
         vt = "_vt" if self.v_transposed else ""
@@ -247,7 +253,10 @@ class AttentionInstance(InstanceBase):
         fa3 = self.schedule == AttentionSchedule.FA3
         n = self.ws_consumers
         block = "qb" if fa3 else "bx"
-        loop = "kv_done, wg, grid, q_blocks, rounds, group, kv_all"  # fa3, grid persistent: each role loops over the workgroup's tiles
+        # fa3, grid persistent: each role loops over the workgroup's tiles (dynamic: cur, the role's tile and round;
+        # tile_ids, the tile of a round in slot round % 2; TILE_COUNTER, where the producer takes the next one)
+        loop = ("kv_done, cur, fetched, tile_ids, TILE_COUNTER, wg, grid, tiles, q_blocks, group, kv_all" if self.dynamic
+                else "kv_done, wg, grid, q_blocks, rounds, group, kv_all")
         pers = fa3 and self.persistent_grid
         return {"q_parts": ", ".join(f"Q_{c}" for c in range(n)),
                 "ws_tiles": "K_ring, V_ring" if fa3 else "K0, K1, V0, V1",
@@ -323,23 +332,24 @@ class AttentionInstance(InstanceBase):
         """The fp32 workspaces the kernel takes between K/V and O, at one problem size: decode's partial outputs
         O_PART [batch, seq_q, heads, split_kv, head_dim] and their log-sum-exp LSE [batch, seq_q, heads, split_kv]
         -- and with split_kv_combine fixup the int32 arrival counters SPLIT_ARRIVALS [batch, kv_heads * row_blocks],
-        one per workgroup row of the split grid (workspace_dtypes, workspace_zeroed); none for prefill."""
+        one per workgroup row of the split grid (workspace_dtypes, workspace_zeroed). Prefill: with tile_order dynamic
+        the tile counter TILE_COUNTER [1] (int32, zero on entry and left zero), else none."""
         if self.variant != AttentionVariant.DECODE:
-            return ()
+            return ((1,),) if self.dynamic else ()
         batch, heads, kv_heads, seq_q, _ = shape
         split = self.split_for(shape)
         parts = ((batch, seq_q, heads, split, self.head_dim), (batch, seq_q, heads, split))
         return parts + ((batch, kv_heads * self.row_blocks(heads // kv_heads * seq_q)),) * self.fixup
 
     def workspace_dtypes(self) -> tuple[str, ...]:
-        """The dtype of each workspace (workspace_shapes): fp32, the fixup's counters int32."""
+        """The dtype of each workspace (workspace_shapes): fp32, the counters int32."""
         if self.variant != AttentionVariant.DECODE:
-            return ()
+            return ("int32",) if self.dynamic else ()
         return ("fp32", "fp32") + ("int32",) * self.fixup
 
     def workspace_zeroed(self) -> tuple[bool, ...]:
-        """Per workspace: whether it must hold zeros on entry (the fixup's counters, left zero by the kernel); the
-        others are written before they are read."""
+        """Per workspace: whether it must hold zeros on entry (the counters, left zero by the kernel); the others
+        are written before they are read."""
         return tuple(d == "int32" for d in self.workspace_dtypes())
 
     def persistent_tiles(self, shape: tuple[int, ...]) -> int:
@@ -378,15 +388,22 @@ class AttentionInstance(InstanceBase):
         """Persistent grid: the tiles (persistent_tile's numbers) workgroup `wg` computes, in order, as the template's
         tile loop deals them -- round r's tile r * grid + wg, or with tile_order snake r * grid + grid - 1 - wg in
         the odd rounds; grid = min(persistent_workgroups, tiles), and a last round's numbers past the tiles are
-        nobody's."""
+        nobody's. Not for tile_order dynamic: there only the first tile, wg, is dealt before the grid runs."""
+        if self.dynamic:
+            raise ValueError("tile_order dynamic: a workgroup's tiles after its first are decided as the grid runs")
         tiles = self.persistent_tiles(shape)
         grid = min(self.persistent_workgroups, tiles)
         dealt = (r * grid + (grid - 1 - wg if self.snake and r % 2 else wg) for r in range(-(-tiles // grid)))
         return [t for t in dealt if t < tiles]
 
     def persistent_last_tiles(self, shape: tuple[int, ...]) -> list[int]:
-        """The last tile of each workgroup of the persistent grid (the tiles a loop one round short leaves)."""
-        grid = min(self.persistent_workgroups, self.persistent_tiles(shape))
+        """The tiles the persistent grid's negative control leaves unwritten: the last tile of each workgroup (a
+        loop one round short) -- with tile_order dynamic, which tiles a workgroup computes is decided as the grid
+        runs, so every tile past each workgroup's first (a counter that never hands one out)."""
+        tiles = self.persistent_tiles(shape)
+        grid = min(self.persistent_workgroups, tiles)
+        if self.dynamic:
+            return list(range(grid, tiles))
         return [self.persistent_tiles_of(wg, shape)[-1] for wg in range(grid)]
 
     def metadata(self, uri: str) -> dict[str, object]:
@@ -427,7 +444,7 @@ class AttentionInstance(InstanceBase):
         return {"dtypes": self.dtype_label(), "layout": "bshd" + (f" causal {self.mask.value}" if self.causal else ""),
                 "tiling": f"{self.block_m}x{self.block_n} d{self.head_dim}", "threads": str(self.threads),
                 "schedule": (f"{split}{'' if self.schedule == AttentionSchedule.DEFAULT else self.schedule.value + ', '}"
-                             f"{'persistent grid, ' if self.persistent_grid and self.schedule == AttentionSchedule.FA3 else ''}{'snake, ' if self.snake else ''}"
+                             f"{'persistent grid, ' if self.persistent_grid and self.schedule == AttentionSchedule.FA3 else ''}{f'{self.tile_order}, ' if self.tile_order else ''}"
                              f"{f'k_pack {self.k_pack}, ' if self.k_pack > 1 else ''}"
                              f"{'V transposed, ' if self.v_transposed else ''}stages {self.stages}"),
                 "tail": self.tail.value}
@@ -472,7 +489,7 @@ def make_instance(spec: AttentionSpec, target: TargetSpec, spec_file: str) -> At
                      and tuning.split_kv_combine != SplitKvCombine.FIXUP else None),
         # (normalised away with one fixed split: nothing to merge)
         l2_kv_bytes=hw.l2_bytes // 2 if fa3_persistent and spec.causal != CausalMask.NONE and hw.l2_bytes else None,
-        tile_order=TileOrder.SNAKE.value if fa3_persistent and tuning.tile_order == TileOrder.SNAKE else None,
+        tile_order=tuning.tile_order.value if fa3_persistent and tuning.tile_order != TileOrder.STRIDED else None,
         combine=(SplitKvCombine.FIXUP.value if decode and tuning.split_kv_combine == SplitKvCombine.FIXUP
                  and tuning.split_kv != 1 else None),
         softmax_scale=scale,

@@ -92,7 +92,8 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
         return shapes
     one = math.lcm(bm, bn)
     rounds = [persistent_rounds_shape(inst)] if inst.persistent_grid else []
-    if inst.persistent_grid and inst.snake:  # a last round dealt forward after a reversed one
+    if inst.persistent_grid and (inst.snake or inst.dynamic):  # snake: a last round dealt forward after a reversed
+        # one; dynamic: workgroups taking more than one tile from the counter
         rounds.append(persistent_rounds_shape(inst, rounds=2))
     if inst.tail == TailPolicy.NONE:
         return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one), *rounds]
@@ -361,7 +362,8 @@ def _controls(inst, case: AttentionCase, ref) -> dict[str, object]:
     if inst.variant == AttentionVariant.DECODE:
         out["dropped_split"] = _attention32(inst, case, mask=inst.mask, keep=_dropped_split_keep(inst, seq_kv, split))[0]
     if inst.persistent_grid:
-        out["persistent_last_round_skipped"] = persistent_last_round_skipped(inst, case, ref)
+        name = "persistent_fetch_skipped" if getattr(inst, "dynamic", False) else "persistent_last_round_skipped"
+        out[name] = persistent_last_round_skipped(inst, case, ref)
     if getattr(inst, "v_transposed", False):
         out["v_transposed_keys_reversed"] = v_transposed_keys_reversed(inst, case)
     return out
@@ -392,7 +394,9 @@ def persistent_last_round_skipped(inst, case: AttentionCase, ref):
     """Negative control persistent_last_round_skipped: the persistent loop one round short -- every workgroup
     skips its last tile (instance.persistent_last_tiles: with tile_order strided the last `grid` tiles of
     instance.persistent_tile's order), which stays unwritten (verify's NaN fill). With no more tiles than
-    workgroups that is every tile; persistent_rounds_shape has more."""
+    workgroups that is every tile; persistent_rounds_shape has more. With tile_order dynamic it is
+    persistent_fetch_skipped: the tile counter never hands a tile out, so every tile past the workgroups' first
+    stays unwritten."""
     batch, heads = case.whole if case.whole is not None else (case.Q.shape[0], case.Q.shape[2])
     seq_q = case.seq_q if case.seq_q is not None else case.Q.shape[1]
     shape = (batch, heads, case.K.shape[2], seq_q, case.K.shape[1])

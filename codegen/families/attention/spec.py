@@ -109,10 +109,13 @@ class TileOrder(StrEnum):
     causal longest first, in L2 sections -- is the same). strided: workgroup w takes tiles w, w + grid, w + 2 *
     grid, ... snake: the even rounds as strided, the odd ones in reverse (workgroup w takes tile (r + 1) * grid - 1
     - w of round r), so a workgroup that took one of a round's longest causal tiles takes one of the next round's
-    shortest. Rule tile_order_grid."""
+    shortest. dynamic: workgroup w takes tile w, then the next number of a counter in global memory each time it
+    is done with one (FlashAttention-3's dynamic tile scheduler): the tiles go out in order as workgroups come
+    free, whatever their lengths. Rule tile_order_grid."""
 
     STRIDED = "strided"
     SNAKE = "snake"
+    DYNAMIC = "dynamic"
 
 
 class VLayout(StrEnum):
@@ -161,7 +164,8 @@ ATTENTION_KNOBS: tuple[Knob, ...] = (
              "looping over tiles, causal ones longest first; rule grid_schedule)"),
     Knob(name="tile_order", type=TileOrder, default=TileOrder.STRIDED,
          doc="schedule fa3, grid persistent: the tiles dealt to the workgroups strided (w, w + grid, ...) or snake "
-             "(odd rounds in reverse: each workgroup's causal loops even out; rule tile_order_grid)"),
+             "(odd rounds in reverse: each workgroup's causal loops even out) or dynamic (the next tile from a counter "
+             "as a workgroup comes free); rule tile_order_grid"),
     Knob(name="k_pack", type=int_choice(1, 2), default=1, takes=K_PACK.takes,
          doc="gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T (rules k_pack_target, "
              "k_pack_schedule)"),
@@ -237,6 +241,7 @@ STARTER = """\
   # schedule: default       # prefill KV loop: default | ws | fa3 (sm_90) | persistent
   # grid: tiles             # schedule fa3: tiles (a workgroup per query block) | persistent (one per SM)
   # tile_order: strided     # grid persistent: tiles w, w + grid, ... (strided) | odd rounds reversed (snake)
+  #                         # | the next tile from a counter as a workgroup comes free (dynamic)
   # k_pack: 1               # gfx942/gfx950, schedule persistent: MFMA ops packed along K in Q.K^T
   # v_layout: natural       # schedule persistent: V staged in LDS as stored (natural) or transposed
   tail: none
