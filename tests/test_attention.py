@@ -368,7 +368,7 @@ def test_decode_fixup_counters_start_at_zero_and_a_launch_that_leaves_them_set_f
     assert o_part.isnan().all() and lse.isnan().all() and counters.dtype == torch.int32 and not counters.any()
     assert ATTENTION.after_launch(inst, case) == ""
     counters[1, 3] = 6
-    assert "1 of 16 arrival counters left non-zero" in ATTENTION.after_launch(inst, case)
+    assert "1 of 16 counters (zero on entry) left non-zero" in ATTENTION.after_launch(inst, case)
 
 
 def test_split_kv_combine_is_decodes_only():
@@ -966,7 +966,7 @@ def test_fa3_persistent_dynamic_takes_its_tiles_from_a_zeroed_counter():
     assert counter.dtype == torch.int32 and counter.shape == (1,) and not counter.any()
     assert ATTENTION.after_launch(inst, case) == ""
     counter[0] = 160
-    assert "1 of 1 arrival counters left non-zero" in ATTENTION.after_launch(inst, case)
+    assert "1 of 1 counters (zero on entry) left non-zero" in ATTENTION.after_launch(inst, case)
     # strided and snake take no workspace
     assert build_instances(parse_specs(FA3_SNAKE, FILE))[0].workspace_shapes(shape) == ()
 

@@ -35,9 +35,9 @@ FILES = {f.uri: f for f in Project().rendered()}
 
 
 def _file(name, target=Target.SM_90):
-    """The spec's hand kernel (not a tuned winner the lockfile adds beside it)."""
-    return next(f for f in FILES.values() if f.instance.name == name and f.instance.target == target
-                and not any(s.tuned_on for s in f.specs))
+    """The spec's hand kernel (not a tuned winner the lockfile adds beside it; the hand kernel may be a winner
+    too, for the shapes where the tuner kept it)."""
+    return next(f for f in FILES.values() if f.instance.name == name and f.instance.target == target and f.is_hand)
 
 
 def _inst(name, target=Target.SM_90):

@@ -347,7 +347,7 @@ def test_fixup_counters_start_at_zero_and_a_launch_that_leaves_them_set_fails():
     assert part.isnan().all() and counters.dtype == torch.int32 and not counters.any()
     assert fam.after_launch(inst, case) == ""
     counters[1, 0] = 4  # a last split that never set its tile's counter back
-    assert "1 of 4 arrival counters left non-zero" in fam.after_launch(inst, case)
+    assert "1 of 4 counters (zero on entry) left non-zero" in fam.after_launch(inst, case)
     plain = next(f.instance for f in files() if f.instance.target == Target.SM_90)
     assert fam.after_launch(plain, fam.make_inputs(plain, (256, 256, 8192), seed=0, kind="normal", device="cpu",
                                                    run_target=Target.SM_90)) == ""

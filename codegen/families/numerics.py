@@ -36,13 +36,14 @@ def verify_workspaces(inst, shape, device, run_target) -> tuple:
 
 def counters_left(inst, workspace) -> str:
     """'' or what a launch left in the workspaces that must be zero on entry: the split fixups' arrival counters
-    must be zero again (a counter left set makes the next call's last split miss its turn, and the output be left
-    unwritten). Numerics.after_launch of the families that have them."""
+    and a dynamic tile order's tile counter must be zero again (a counter left set makes the next call's last
+    split miss its turn, or its workgroups take no tile past their first, and the output be left unwritten).
+    Numerics.after_launch of the families that have them."""
     for w, zeroed in zip(workspace, inst.workspace_zeroed(), strict=True):
         if zeroed:
             left = int((w != 0).sum().item())
             if left:
-                return (f"{left} of {w.numel()} arrival counters left non-zero after the launch (max "
+                return (f"{left} of {w.numel()} counters (zero on entry) left non-zero after the launch (max "
                         f"{int(w.max().item())}): the next call would count from there")
     return ""
 
