@@ -150,3 +150,72 @@ def test_workers_share_a_gpu_for_verify(fakes, monkeypatch):
     assert [(c["uri"], c["shape"], c["status"]) for c in shared.cases] == \
         [(c["uri"], c["shape"], c["status"]) for c in alone.cases]
     assert {c["inputs"] for c in shared.cases if c["status"] == "verified"} <= {"3", "5"}
+
+
+def fake_bench_pid(rendered, shape, run_target, nflush, copy_gbps, baselines_for=None):
+    row = fake_bench(rendered, shape, run_target, nflush, copy_gbps, baselines_for)
+    row.seconds = float(os.getpid())  # which worker process timed it
+    return row
+
+
+def fake_copy_counted(nbytes):
+    with open(os.environ["TILEGEN_TEST_COPIES"], "a") as f:
+        f.write("copy\n")
+    return 1234.0
+
+
+def test_a_bench_session_keeps_one_worker_and_compiles_nothing_twice(fakes, monkeypatch, tmp_path):
+    """The tuner's rounds: two bench_all calls in one session run on the same worker process, measure the copy
+    bandwidth once and compile each item once (none that the session was told verify compiled); without a
+    session each call starts its own worker."""
+    copies = tmp_path / "copies"
+    monkeypatch.setenv("TILEGEN_TEST_COPIES", str(copies))
+    monkeypatch.setattr(gpurun, "bench_case", fake_bench_pid)
+    monkeypatch.setattr(gpurun, "measure_copy_gbps", fake_copy_counted)
+    compiled = []
+
+    def counting_precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
+        compiled.extend((f.uri, tuple(s)) for f, s in work)
+        for i in range(len(work)):
+            on_result(i, "")
+        return {}
+
+    monkeypatch.setattr(gpurun, "precompile", counting_precompile)
+    files = [f for f in FILES if f.instance.name == "gemm_fp16_decode"]
+    items = [(f.uri, tuple(s)) for f in files for s in f.instance.shapes]
+    assert len(items) >= 2
+    one = replace(GPU, devices=("0",))
+    with gpurun.BenchSession(compiled={items[0]}) as session:
+        first = gpurun.bench_all(files, one, jobs=1, timeout_s=60, session=session)
+        second = gpurun.bench_all(files, one, jobs=1, timeout_s=60, session=session)
+    assert sorted(compiled) == sorted(items[1:])  # each once, the one verify compiled never
+    pids = {r["seconds"] for r in first.rows + second.rows}
+    assert len(pids) == 1 and os.getpid() not in pids
+    assert copies.read_text().count("copy") == 1 and second.copy_gbps == 1234.0
+    with pytest.raises(ProcessLookupError):  # closing the session ended its worker
+        os.kill(int(pids.pop()), 0)
+    # the control: without a session, every call starts (and ends) a worker of its own and compiles again
+    compiled.clear()
+    a = gpurun.bench_all(files, one, jobs=1, timeout_s=60)
+    b = gpurun.bench_all(files, one, jobs=1, timeout_s=60)
+    assert {r["seconds"] for r in a.rows}.isdisjoint({r["seconds"] for r in b.rows})
+    assert sorted(compiled) == sorted(items + items)
+
+
+def test_a_worker_loads_each_kernel_once(monkeypatch):
+    from codegen.run import bench, gpu
+
+    loads = []
+    monkeypatch.setattr(gpu, "compile_kernel", lambda r, s, t: loads.append((r.uri, r.code_sha256, s)) or object())
+    monkeypatch.setattr(bench, "_LOADED", {})
+    f = next(f for f in FILES if f.instance.name == "gemm_fp16_nt")
+    shape = tuple(f.instance.shapes[0])
+    k = bench.loaded_kernel(f, shape, Target.SM_90)
+    assert bench.loaded_kernel(f, shape, Target.SM_90) is k and len(loads) == 1
+    edited = replace(f, code_sha256="0" * 64)  # other code under the same name: loaded again
+    assert bench.loaded_kernel(edited, shape, Target.SM_90) is not k and len(loads) == 2
+    monkeypatch.setattr(bench, "LOADED_MAX", 2)
+    bench.loaded_kernel(f, (1, 2, 3), Target.SM_90)  # a third kernel: the oldest goes
+    assert len(bench._LOADED) == 2
+    bench.loaded_kernel(f, shape, Target.SM_90)
+    assert len(loads) == 4

@@ -373,8 +373,8 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
 
     def verify_all(files, gpu, **kw):
         return gpurun.VerifyReport(gpu={}, cases=[
-            {"uri": f.uri, "status": "failed" if f.uri == bad else "verified", "error": "max error 3e-1" if f.uri == bad else ""}
-            for f in files])
+            {"uri": f.uri, "shape": list(s), "status": "failed" if f.uri == bad else "verified",
+             "error": "max error 3e-1" if f.uri == bad else ""} for f in files for s in f.instance.shapes])
 
     def bench_all(files, gpu, **kw):
         rounds.append(sorted(f.uri for f in files))
@@ -498,13 +498,15 @@ def test_measured_rounds_time_torch_once_and_never_start_a_round_past_the_budget
     ms = {u: 1.0 + i / 10 for i, u in enumerate(uris)}
     clock = [0.0]
     monkeypatch.setattr(tune_measure.time, "monotonic", lambda: clock[0])
-    asked = []
+    asked, sessions = [], []
 
     def verify_all(files, gpu, **kw):
-        return gpurun.VerifyReport(gpu={}, cases=[{"uri": f.uri, "status": "verified", "error": ""} for f in files])
+        return gpurun.VerifyReport(gpu={}, cases=[{"uri": f.uri, "shape": list(s), "status": "verified", "error": ""}
+                                                  for f in files for s in f.instance.shapes])
 
     def bench_all(files, gpu, **kw):
         asked.append((len(files), set(kw["baselines_for"])))
+        sessions.append(kw["session"])
         clock[0] += 10.0 * len(files)  # 10 s a candidate
         rows = [{"uri": f.uri, "shape": s, "status": "ok", "error": "", "kernel": {"median_ms": ms[f.uri]},
                  "baselines": {"torch": {"median_ms": 1.2}} if f.uri in kw["baselines_for"] else {}}
@@ -519,6 +521,9 @@ def test_measured_rounds_time_torch_once_and_never_start_a_round_past_the_budget
     assert n >= 8
     doc, _ = measure(result, gpu, budget_s=10_000, jobs=1, timeout_s=10)
     assert asked[0] == (n, {part.hand.uri}) and all(b == set() for _, b in asked[1:]) and len(asked) > 2
+    # every round in one bench session, told what verify compiled
+    assert len({id(x) for x in sessions}) == 1 and sessions[0].compiled == {(u, tuple(s)) for u in uris
+                                                                           for s in part.files[u].instance.shapes}
     assert doc["shapes"][0]["speedup_vs_baselines"]  # the first round's torch figures are kept
     # a budget that holds the first round and not the second: one round, not two
     asked.clear()

@@ -8,6 +8,7 @@ import queue
 import threading
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from typing import Self
 
 from codegen.core.events import Event, OnEvent, ignore
 from codegen.core.workers import end_processes
@@ -48,37 +49,49 @@ class _CompileFeed:
     and hands out each item's index as soon as its compile ended, so the GPU workers run cases while the CPUs
     still compile the rest. `errors` maps (uri, shape) to the compile error of the items that failed."""
 
-    def __init__(self, work, run_target, *, workers: int):
+    def __init__(self, work, run_target, *, workers: int, done: set[tuple[str, tuple]] | frozenset = frozenset()):
         self.total = len(work)
         self.compiled = 0  # read by the main thread for the progress bar
         self.errors: dict[tuple[str, tuple], str] = {}
+        self.ok: set[tuple[str, tuple]] = set()  # the items compiled here without an error
         self._ready: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._pool: list = []  # the compile WorkerPool, once precompile made it (stop() ends its workers)
-        self._thread = threading.Thread(target=self._compile, args=(work, run_target, workers), daemon=True,
+        todo = []
+        for i, (f, s) in enumerate(work):  # `done`: compiled into TileLang's cache earlier in this run
+            if (f.uri, tuple(s)) in done:
+                self.compiled += 1
+                self._ready.put(i)
+            else:
+                todo.append(i)
+        self._thread = threading.Thread(target=self._compile, args=(work, todo, run_target, workers), daemon=True,
                                         name="compile")
         self._thread.start()
 
-    def _compile(self, work, run_target, workers: int) -> None:
+    def _compile(self, work, todo: list[int], run_target, workers: int) -> None:
         delivered: set[int] = set()
 
-        def one(i: int, error: str) -> None:
+        def one(j: int, error: str) -> None:
             if self._stop.is_set():
                 raise _Stopped  # leaves precompile's pool by an exception: its workers are ended
+            i = todo[j]
+            f, s = work[i]
             if error:
-                f, s = work[i]
                 self.errors[(f.uri, tuple(s))] = error
+            else:
+                self.ok.add((f.uri, tuple(s)))
             self.compiled += 1
             delivered.add(i)
             self._ready.put(i)
 
         try:
-            precompile(work, run_target, workers=workers, on_result=one, on_pool=self._pool.append)
+            precompile([work[i] for i in todo], run_target, workers=workers, on_result=one, on_pool=self._pool.append)
         except _Stopped:
             pass
         except BaseException as exc:  # noqa: BLE001 - the items not compiled fail with it; the run goes on
-            for i, (f, s) in enumerate(work):
+            for i in todo:
                 if i not in delivered:
+                    f, s = work[i]
                     self.errors[(f.uri, tuple(s))] = f"compile stage failed: {type(exc).__name__}: {exc}"
                     self.compiled += 1
                     self._ready.put(i)
@@ -109,15 +122,17 @@ class _Stopped(Exception):
 
 
 def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, on_event: OnEvent,
-                    setup=None, ray: str | None = None, workers_per_gpu: int = 1):
+                    setup=None, ray: str | None = None, workers_per_gpu: int = 1, session: BenchSession | None = None):
     """Compile every (file, shape) of `work` in parallel into TileLang's cache and, as each compile ends, call
     fn(file, shape, run_target, *extra) for it in a contained worker, where extra = setup(runner) (run once
     in each worker before its cases; () without setup). One worker per GPU, or `workers_per_gpu` sharing each
-    GPU (verify: correctness only; never for timing). Yields (file, shape, value, error) in `work`'s order:
+    GPU (verify: correctness only; never for timing); with a `session`, its workers (kept running after this
+    call) and no compile of what it compiled before. Yields (file, shape, value, error) in `work`'s order:
     exactly one of value and error is None. Progress: a "compile" stage and a `label` stage, side by side."""
     total = len(work)
     on_event(Event(stage="compile", kind="start", done=0, total=total, label="compile"))
-    feed = _CompileFeed(work, gpu.run_target, workers=jobs or os.cpu_count() or 1)
+    feed = _CompileFeed(work, gpu.run_target, workers=jobs or os.cpu_count() or 1,
+                        done=session.compiled if session is not None and ray is None else frozenset())
     shown = 0
 
     def compile_progress() -> None:  # called from this (the main) thread only: the console is not shared
@@ -134,8 +149,9 @@ def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, tim
             runs = _ray_runs(work, gpu, ray, feed.errors, fn=fn, timeout_s=timeout_s, setup=setup)
         else:
             envs = [{gpu.visible_devices_env: d} for d in gpu.devices for _ in range(max(1, workers_per_gpu))]
+            runners = session.runners(envs, timeout_s) if session is not None else None
             runs = _parallel_runs(work, gpu, envs, feed, fn=fn, timeout_s=timeout_s, setup=setup,
-                                  tick=compile_progress)
+                                  tick=compile_progress, runners=runners)
         for n, (f, shape, value, error) in enumerate(runs, 1):
             compile_progress()
             yield f, shape, value, error
@@ -145,6 +161,8 @@ def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, tim
         compile_progress()
     finally:
         feed.stop()
+        if session is not None:
+            session.compiled |= feed.ok
 
 
 def _one_case(runner: ContainedRunner, f, shape, gpu: GpuInfo, compile_errors: dict, fn, extra: tuple):
@@ -178,15 +196,19 @@ def _ray_runs(work, gpu: GpuInfo, address: str, compile_errors, *, fn, timeout_s
         yield done[i]
 
 
-def _parallel_runs(work, gpu: GpuInfo, envs, feed: _CompileFeed, *, fn, timeout_s, setup, tick=lambda: None):
+def _parallel_runs(work, gpu: GpuInfo, envs, feed: _CompileFeed, *, fn, timeout_s, setup, tick=lambda: None,
+                   runners: list[ContainedRunner] | None = None):
     """One contained worker per entry of `envs` (its visible-devices variable: one GPU each, or several
     workers sharing one), each fed by a thread of its own with the items `feed` has compiled; results come back
     in `work`'s order, so reports do not depend on which worker ran which case. A Ctrl-C (in this, the main
-    thread) ends every worker process. `tick` is called while waiting (the compile stage's progress)."""
+    thread) ends every worker process. `tick` is called while waiting (the compile stage's progress).
+    `runners`: workers that outlive this call (a BenchSession's), one per entry of `envs`; else new ones,
+    closed at the end."""
     done: dict[int, tuple] = {}
     failure: list[BaseException] = []
     cond = threading.Condition()
-    runners = [ContainedRunner(timeout_s, env) for env in envs]
+    owned = runners is None
+    runners = [ContainedRunner(timeout_s, env) for env in envs] if owned else runners
     stopping = threading.Event()
 
     def serve(runner: ContainedRunner) -> None:
@@ -229,8 +251,9 @@ def _parallel_runs(work, gpu: GpuInfo, envs, feed: _CompileFeed, *, fn, timeout_
         stopping.set()
         for t in threads:
             t.join()
-        for r in runners:
-            r.close()
+        if owned:
+            for r in runners:
+                r.close()
 
 
 @dataclass
@@ -281,6 +304,39 @@ def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float
     return report
 
 
+class BenchSession:
+    """What several bench_all calls of one run share (the tuner's rounds): one contained worker per GPU, started
+    once, which keeps torch, TileLang and the kernels it loaded (codegen.run.bench.bench_case) from one call to
+    the next; the copy bandwidth measured once per worker; the (uri, shape) items compiled into TileLang's cache
+    (seeded with what a verify of the same run compiled), which are not compiled again. A round after the first
+    starts no process and imports nothing. Closing it ends the workers. Ray runs start their own tasks."""
+
+    def __init__(self, compiled: set[tuple[str, tuple]] | None = None):
+        self.compiled: set[tuple[str, tuple]] = set(compiled or ())
+        self.copy_gbps: dict[int, float] = {}  # id(runner) -> its measurement
+        self._runners: dict[tuple, ContainedRunner] = {}
+
+    def runners(self, envs: list[dict[str, str]], timeout_s: float) -> list[ContainedRunner]:
+        out = []
+        for n, env in enumerate(envs):
+            key = (n, tuple(sorted(env.items())))
+            if key not in self._runners:
+                self._runners[key] = ContainedRunner(timeout_s, env)
+            out.append(self._runners[key])
+        return out
+
+    def close(self) -> None:
+        for r in self._runners.values():
+            r.close()
+        self._runners.clear()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 @dataclass
 class BenchReport:
     gpu: dict
@@ -297,9 +353,9 @@ class BenchReport:
 
 def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
               baselines_for: frozenset[str] | None = None, ray: str | None = None,
-              on_event: OnEvent = ignore) -> BenchReport:
+              on_event: OnEvent = ignore, session: BenchSession | None = None) -> BenchReport:
     """Time every kernel at its shapes; the torch baselines beside every row, or only beside the rows of the
-    kernels in `baselines_for`."""
+    kernels in `baselines_for`. `session`: workers, copy bandwidth and compiles shared with other calls."""
     work, skipped = plan(files, gpu, derived=False, native_only=True)
     nflush = flush_bytes(gpu.l2_bytes, gpu.vendor)
     rows: list[dict] = []
@@ -311,12 +367,17 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
 
     def measure_copy(runner) -> tuple:
         nonlocal copy_gbps
-        ok, value, _ = runner.call(measure_copy_gbps, nflush)
-        copy_gbps = value if ok else 0.0
+        if session is not None and id(runner) in session.copy_gbps:
+            copy_gbps = session.copy_gbps[id(runner)]
+        else:
+            ok, value, _ = runner.call(measure_copy_gbps, nflush)
+            copy_gbps = value if ok else 0.0
+            if session is not None and ok:
+                session.copy_gbps[id(runner)] = copy_gbps
         return nflush, copy_gbps, baselines_for
 
     runs = _contained_runs(work, gpu, label="bench", fn=bench_case, jobs=jobs, timeout_s=timeout_s,
-                           on_event=on_event, setup=measure_copy, ray=ray)
+                           on_event=on_event, setup=measure_copy, ray=ray, session=session)
     for f, shape, value, error in runs:
         if error is None:
             rows.append(asdict(value))
