@@ -12,7 +12,7 @@ import pytest
 from spectext import FILE, REPO_ROOT, edit, errors
 
 from codegen.build.compile import BuildOptions, BuildReport, BuildResult
-from codegen.core.errors import TilegenError
+from codegen.core.errors import SpecError, TilegenError
 from codegen.core.hardware import Target
 from codegen.generate.lockfile import (
     Candidate,
@@ -124,6 +124,88 @@ def test_expansion_is_the_ordered_product():
                                                          ("pipeline.stages", 2))
     with pytest.raises(TilegenError, match=r"no `search.sm_90` block"):
         expand(loaded().spec, Target.SM_90)
+
+
+UNION = BASE.replace("""    gfx942:
+      tiling: {block_m: [64, 128], block_k: [32, 256]}
+      pipeline: {stages: [1, 2]}
+""", """    gfx942:  # two blocks: a small-tile space and a deeper pipeline of the large tile
+      - tiling: {block_m: [64, 128], block_k: [32, 256]}
+      - tiling: {block_m: [128]}
+        pipeline: {stages: [1, 2]}
+        unroll: [1, 2]
+""")
+
+
+def test_a_list_of_blocks_searches_the_union_of_their_spaces():
+    """Block after block, each a cartesian product; every point sets every tunable any block lists, those its
+    block leaves out at the hand configuration's value; a point of the second block that is the same kernel as
+    one of the first is marked so, not built twice."""
+    spec = loaded(UNION).spec
+    points = list(expand(spec, Target.GFX942))
+    hand = (("tiling.block_m", 64), ("tiling.block_k", 32), ("pipeline.stages", 2), ("unroll", 1))
+    assert hand_values(spec, Target.GFX942) == hand
+    assert len(points) == 4 + 4
+    assert points[0] == (("tiling.block_m", 64), ("tiling.block_k", 32), ("pipeline.stages", 2), ("unroll", 1))
+    assert points[4] == (("tiling.block_m", 128), ("tiling.block_k", 32), ("pipeline.stages", 1), ("unroll", 1))
+    assert points[-1] == (("tiling.block_m", 128), ("tiling.block_k", 32), ("pipeline.stages", 2), ("unroll", 2))
+    from codegen.tune.search import check_space, space_of, space_size
+
+    assert space_size(spec, Target.GFX942) == 8
+    # the values the points take: a block's lists, and the hand's where a block leaves a tunable out
+    assert space_of(spec, Target.GFX942) == [("tiling.block_m", [64, 128]), ("tiling.block_k", [32, 256]),
+                                             ("pipeline.stages", [1, 2]), ("unroll", [1, 2])]
+    assert space_of(loaded(UNION.replace("unroll: [1, 2]", "unroll: [2, 4]")).spec, Target.GFX942)[-1] == (
+        "unroll", [2, 4, 1])
+    part = constrain(loaded(UNION), Target.GFX942, points)
+    # (128, 32, stages 2, unroll 1) is in both blocks: once a kernel, then the same kernel
+    dup = [p for p in part.points if p.values == points[2]]
+    assert dup and dup[0].same_as is None
+    later = [p for p in part.points if p.index >= 4 and p.values == points[2]]
+    assert later and later[0].same_as == dup[0].uri
+    # a winner of the second block comes back as its kernel (the lockfile's check of an entry)
+    from codegen.generate.lockfile import winner_instance
+    from codegen.generate.render import render
+
+    second = next(p for p in part.points if p.index >= 4 and p.survived)
+    inst, why = winner_instance(loaded(UNION), Target.GFX942, second.tunables())
+    assert why == "" and render(inst).uri == second.uri
+    assert check_space(loaded(UNION), Target.GFX942, max_points=8) == 8
+    with pytest.raises(SpecError, match=r"8 points \(2 tiling.block_m x 2 tiling.block_k \+ 1 tiling.block_m x 2 "
+                                        r"pipeline.stages x 2 unroll\) is over the limit of 7"):
+        check_space(loaded(UNION), Target.GFX942, max_points=7)
+
+
+def test_a_list_of_blocks_has_its_own_space_hash():
+    """One block hashes as it always did (lockfile entries stay fresh); a list hashes as the set of its blocks:
+    neither their order nor the union merged into one block gives the same hash."""
+    from codegen.generate.lockfile import canonical_space, space_sha256
+
+    one = space_sha256(loaded(), Target.GFX942)
+    assert one == canonical_space({"tiling.block_m": [64, 128], "tiling.block_k": [32, 256], "pipeline.stages": [1, 2]})
+    two = space_sha256(loaded(UNION), Target.GFX942)
+    swapped = UNION.replace("      - tiling: {block_m: [64, 128], block_k: [32, 256]}\n", "").replace(
+        "        unroll: [1, 2]\n", "        unroll: [1, 2]\n      - tiling: {block_m: [64, 128], block_k: [32, 256]}\n")
+    assert two != one and space_sha256(loaded(swapped), Target.GFX942) == two
+    merged = canonical_space({"tiling.block_m": [64, 128], "tiling.block_k": [32, 256], "pipeline.stages": [1, 2],
+                              "unroll": [1, 2]})
+    assert two != merged
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ("      - tiling: {block_m: [128]}\n", "      - tiling: {blockm: [128]}\n",
+     "specs/x.yaml:12:18: search.gfx942[1].tiling.blockm: unknown key (did you mean 'block_m'?) [unknown_key]"),
+    ("""      - tiling: {block_m: [64, 128], block_k: [32, 256]}
+      - tiling: {block_m: [128]}
+        pipeline: {stages: [1, 2]}
+        unroll: [1, 2]
+""", "      []\n", ("specs/x.yaml:11:7: search.gfx942: an empty list of blocks: give at least one, or leave the "
+     "target out [empty_search]")),
+    ("      - tiling: {block_m: [128]}\n", "      - 7\n      - tiling: {block_m: [128]}\n",
+     "specs/x.yaml:12:9: search.gfx942[1]=7: must be a mapping [model_type]"),
+])
+def test_a_list_of_blocks_reports_each_block_s_errors_once(old, new, expected):
+    assert errors(edit(UNION, old, new)) == [expected]
 
 
 def test_overrides_are_the_base_of_the_target_space():
@@ -401,8 +483,8 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
     assert [e.shape for e in entries] == [(256, 256, 256), (512, 256, 256)]
     assert all(e.winner.uri == fastest and e.runner_up.uri == second for e in entries)
     assert entries[0].winner.tunables == {"pipeline.stages": 4} and entries[0].strategy == STRATEGY
-    from codegen.generate.lockfile import canonical_space
-    assert all(e.space_sha256 == canonical_space({"pipeline.stages": [2, 3, 4]}) for e in entries)  # what it chose from
+    from codegen.generate.lockfile import space_sha256
+    assert all(e.space_sha256 == space_sha256(ls, Target.SM_90) for e in entries)  # the spec's space it chose from
     assert doc["shapes"][0]["speedup_vs_hand"] == 2.0
     assert entries[0].hand_hash == hand_hash(ls, Target.SM_90)
     assert doc["shapes"][0]["speedup_vs_baselines"] == {"torch": 1.2}  # torch 1.2 ms, the winner 1.0 ms

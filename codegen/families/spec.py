@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictFloat,
+    StrictInt,
+    Tag,
+)
 from pydantic_core import PydanticCustomError
 
 from codegen.core.hardware import DType, Target
@@ -204,6 +214,42 @@ def search_values(block: BaseModel) -> list[tuple[str, list]]:
         else:
             out.append((head, value))
     return out
+
+
+def _search_tag(value: object) -> str:
+    return "list of blocks" if isinstance(value, list) else "one block"
+
+
+def _some_blocks(blocks: list) -> list:
+    if not blocks:
+        raise PydanticCustomError("empty_search", "an empty list of blocks: give at least one, or leave the target out")
+    return blocks
+
+
+def search_entry(block: type[BaseModel]) -> object:
+    """The type of `search.<target>`: one block, or a non-empty list of blocks. The list or mapping picks the
+    member (a discriminator), so a wrong block is reported once, as a block's error, not also as "must be a
+    list"; the tags are not keys of the entry, so error paths leave them out (codegen.spec.load._user_path)."""
+    return Annotated[Annotated[block, Tag("one block")]
+                     | Annotated[list[block], AfterValidator(_some_blocks), Tag("list of blocks")],
+                     Discriminator(_search_tag)]
+
+
+def search_blocks(search: BaseModel | list[BaseModel]) -> list[BaseModel]:
+    """A `search.<target>` entry's blocks: one block (a cartesian space), or each block of a list of them (the
+    union of their spaces: tunables that go together, such as a structure and the tiles that suit it)."""
+    return list(search) if isinstance(search, list) else [search]
+
+
+def search_block_type(spec_type: type[BaseModel]) -> type[BaseModel]:
+    """The search block model of a family's spec (`search: dict[Target, <Block> | list[<Block>]]`)."""
+    todo = [spec_type.model_fields["search"].annotation]  # dict[Target, search_entry(<Block>)]
+    while todo:
+        a = todo.pop(0)
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+        todo.extend(get_args(a))
+    raise TypeError(f"{spec_type.__name__}.search names no block model")
 
 
 Values = tuple[tuple[str, object], ...]  # (tunable path, value) of one point, in the search block's order

@@ -47,7 +47,15 @@ from codegen.core.errors import TilegenError
 from codegen.core.files import dump_json, write_text_atomic
 from codegen.core.hardware import Target
 from codegen.families import family_for_op
-from codegen.families.spec import MAX_INT32, NAME_PATTERN, apply_point, hand_spec, search_values
+from codegen.families.spec import (
+    MAX_INT32,
+    NAME_PATTERN,
+    apply_point,
+    hand_spec,
+    search_block_type,
+    search_blocks,
+    search_values,
+)
 from codegen.generate.render import render
 from codegen.spec.load import LoadedSpec
 from codegen.targets import TARGETS
@@ -427,24 +435,31 @@ def hand_hash(loaded: LoadedSpec, target: Target) -> str:
     return fam.instance(hand_spec(loaded.spec, target), TARGETS[target], loaded.doc.file).config_sha256()
 
 
-def canonical_space(space: dict[str, list]) -> str:
-    """The sha256 of a search space given as {tunable path: values} (a tune report's `space`): the paths and, per
-    path, the set of values, so neither the order the spec lists them in nor a comment changes it."""
-    canon = {k: sorted({json.dumps(getattr(v, "value", v)) for v in vals}) for k, vals in space.items()}
-    return hashlib.sha256(json.dumps(canon, sort_keys=True).encode()).hexdigest()
+def canonical_space(space: dict[str, list] | list[dict[str, list]]) -> str:
+    """The sha256 of a search space given as {tunable path: values} (a tune report's `space`), or as a list of them
+    (a search of several blocks): the paths and, per path, the set of values, so neither the order the spec lists
+    them in nor a comment changes it (nor the order of the blocks)."""
+    def canon(block: dict[str, list]) -> dict[str, list[str]]:
+        return {k: sorted({json.dumps(getattr(v, "value", v)) for v in vals}) for k, vals in block.items()}
+
+    doc = canon(space) if isinstance(space, dict) else sorted((canon(b) for b in space), key=json.dumps)
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 def space_sha256(loaded: LoadedSpec, target: Target) -> str | None:
     """canonical_space of the spec's `search:` block for `target`; None where it has none."""
-    block = getattr(loaded.spec, "search", {}).get(target)
-    return canonical_space(dict(search_values(block))) if block is not None else None
+    search = getattr(loaded.spec, "search", {}).get(target)
+    if search is None:
+        return None
+    blocks = [dict(search_values(block)) for block in search_blocks(search)]
+    return canonical_space(blocks[0] if len(blocks) == 1 else blocks)
 
 
 def winner_instance(loaded: LoadedSpec, target: Target, tunables: dict[str, object]):
     """The instance (every shape of the spec) of the hand configuration with the winner's tunables, or
     (None, why it is not legal any more)."""
     fam = family_for_op(loaded.spec.op)
-    block = type(loaded.spec).model_fields["search"].annotation.__args__[1]  # dict[Target, <Search>]
+    block = search_block_type(type(loaded.spec))
     try:
         parsed = block.model_validate(_nest({k: [v] for k, v in tunables.items()}))
     except ValueError as exc:

@@ -28,7 +28,7 @@ from collections import Counter
 
 from codegen.core.errors import TilegenError
 from codegen.core.events import OnEvent, ignore
-from codegen.generate.lockfile import Candidate, LockEntry, canonical_space, gpu_versions, hand_hash, local_versions
+from codegen.generate.lockfile import Candidate, LockEntry, gpu_versions, hand_hash, local_versions, space_sha256
 from codegen.run.report import command_line, git_commit
 from codegen.tune.search import Point, TuneResult
 
@@ -125,7 +125,7 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
             alive = keep
     versions = local_versions() | gpu_versions(gpu)
     hh = hand_hash(result.loaded, result.target)
-    space = canonical_space(dict(result.space))  # the space this run searched
+    space = space_sha256(result.loaded, result.target)  # the space this run searched
     measured_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     per_shape, entries = [], []
     for s in sorted({s for (_, s) in times}):

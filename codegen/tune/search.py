@@ -30,7 +30,7 @@ from codegen.core.events import OnEvent, ignore
 from codegen.core.files import dump_json, write_text_atomic
 from codegen.core.hardware import Target
 from codegen.families import family_for_op
-from codegen.families.spec import MAX_POINTS, Values, apply_point, hand_spec, search_values
+from codegen.families.spec import MAX_POINTS, Values, apply_point, hand_spec, search_blocks, search_values
 from codegen.generate.instance import grid_limit
 from codegen.generate.render import RenderedFile, render_all
 from codegen.spec.load import LoadedSpec
@@ -49,26 +49,52 @@ def _plain(value: object) -> object:
 
 # ---- expand -----------------------------------------------------------------------------------------
 
-def space_of(spec: BaseModel, target: Target) -> list[tuple[str, list]]:
-    block = getattr(spec, "search", {}).get(target)
-    if block is None:
+def blocks_of(spec: BaseModel, target: Target) -> list[list[tuple[str, list]]]:
+    """The axes (tunable path, values) of each block of the spec's `search.<target>`: one block, or the blocks of
+    a list (codegen.families.spec.search_blocks)."""
+    search = getattr(spec, "search", {}).get(target)
+    if search is None:
         raise TilegenError(f"{spec.name}: no `search.{target.value}` block: nothing to tune for {target.value}")
-    return search_values(block)
+    return [search_values(block) for block in search_blocks(search)]
+
+
+def space_of(spec: BaseModel, target: Target) -> list[tuple[str, list]]:
+    """Every tunable the search lists, in the order first listed, with the values its points take (one block: its
+    axes): those the blocks list, and the hand configuration's where a block leaves the tunable out. A point of
+    the space sets each of these tunables (expand)."""
+    blocks = blocks_of(spec, target)
+    merged: dict[str, list] = {}
+    for axes in blocks:
+        for path, values in axes:
+            seen = merged.setdefault(path, [])
+            seen.extend(v for v in values if v not in seen)
+    base = hand_spec(spec, target)
+    for path, seen in merged.items():
+        if any(path not in dict(axes) for axes in blocks) and (v := _value_at(base, path)) not in seen:
+            seen.append(v)
+    return list(merged.items())
+
+
+def _value_at(spec: BaseModel, path: str) -> object:
+    value: object = spec
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def space_size(spec: BaseModel, target: Target) -> int:
-    """How many points the spec's search space for `target` has: the product of its lists' lengths, computed
-    from the lengths alone (nothing is expanded)."""
-    return math.prod(len(values) for _, values in space_of(spec, target))
+    """How many points the spec's search space for `target` has: the product of each block's lists' lengths,
+    summed over the blocks, computed from the lengths alone (nothing is expanded)."""
+    return sum(math.prod(len(values) for _, values in axes) for axes in blocks_of(spec, target))
 
 
 def check_space(loaded: LoadedSpec, target: Target, max_points: int = MAX_POINTS) -> int:
     """The size of the search space, refused [search_points] at its `search.<target>` block when it is over
     `max_points` -- before any point is expanded, so a space of 10**30 points costs what one of 10 does."""
-    axes = space_of(loaded.spec, target)
     size = space_size(loaded.spec, target)
     if size > max_points:
-        product = " x ".join(f"{len(values)} {name}" for name, values in axes)
+        product = " + ".join(" x ".join(f"{len(values)} {name}" for name, values in axes)
+                             for axes in blocks_of(loaded.spec, target))
         raise SpecError(loaded.locate(("search", target.value), key=True),
                         f"search.{target.value}: {size} points ({product}) is over the limit of {max_points} a "
                         "tune expands: list fewer values, or raise the limit with `tilegen tune --max-points`",
@@ -78,23 +104,25 @@ def check_space(loaded: LoadedSpec, target: Target, max_points: int = MAX_POINTS
 
 def expand(spec: BaseModel, target: Target) -> Iterator[Values]:
     """Every point of the spec's search space for `target`, one at a time (itertools.product: memory does not
-    grow with the number of points): the cartesian product in the search block's field order, each tunable's
-    values in the order written (deterministic)."""
-    axes = space_of(spec, target)
-    names = [name for name, _ in axes]
-    return (tuple(zip(names, combo)) for combo in itertools.product(*(vals for _, vals in axes)))
+    grow with the number of points): block after block, the cartesian product of the block's lists, each
+    tunable's values in the order written (deterministic). Each point sets every tunable of space_of, in its
+    order: those its block leaves out keep the hand configuration's value."""
+    hand = dict(hand_values(spec, target))  # a target without a search block is refused here, not when iterated
+    blocks = blocks_of(spec, target)
+
+    def points() -> Iterator[Values]:
+        for axes in blocks:
+            names = [name for name, _ in axes]
+            for combo in itertools.product(*(vals for _, vals in axes)):
+                yield tuple((hand | dict(zip(names, combo))).items())
+
+    return points()
 
 
 def hand_values(spec: BaseModel, target: Target) -> Values:
-    """The hand configuration's value of each tunable the search block lists."""
+    """The hand configuration's value of each tunable the search lists (space_of's order)."""
     base = hand_spec(spec, target)
-    out = []
-    for path, _ in space_of(spec, target):
-        value: object = base
-        for part in path.split("."):
-            value = getattr(value, part)
-        out.append((path, value))
-    return tuple(out)
+    return tuple((path, _value_at(base, path)) for path, _ in space_of(spec, target))
 
 
 # ---- constrain ----------------------------------------------------------------------------------------
@@ -306,6 +334,9 @@ class TuneResult:
         return {
             "spec": self.spec_name, "spec_file": self.spec_file, "target": self.target.value,
             "space": {k: [_plain(v) for v in vals] for k, vals in self.space},
+            # a search of several blocks: each block's own space (the space above merges them)
+            **({"blocks": [{k: [_plain(v) for v in vals] for k, vals in axes} for axes in blocks]}
+               if len(blocks := blocks_of(self.loaded.spec, self.target)) > 1 else {}),
             "hand": row(self.part.hand),
             "counts": {"expanded": len(pts), "rejected": sum(1 for p in pts if p.rules),
                        SAME_KERNEL: sum(1 for p in pts if p.same_as), "pruned": sum(1 for p in pts if p.pruned),

@@ -36,6 +36,7 @@ from codegen.families.spec import (
     int_choice,
     override_model,
     resolve_tuning,
+    search_entry,
     search_model,
     target_only,
     tunable_paths,
@@ -205,7 +206,8 @@ class AttentionSpec(with_knobs("AttentionSpecTunables", _AttentionSpecHead, ATTE
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, AttentionOverride] = {}  # noqa: RUF012 - pydantic copies it
-    search: dict[Target, AttentionSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
+    # `tilegen tune`'s space per target: one block, or a list of blocks (the union of their spaces); `gen` ignores it
+    search: dict[Target, search_entry(AttentionSearch)] = {}  # noqa: RUF012
     allow_spills: StrictBool = False
     verify_tolerance_scale: ToleranceScale = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None

@@ -26,6 +26,7 @@ from codegen.families.spec import (
     int_choice,
     override_model,
     resolve_tuning,
+    search_entry,
     search_model,
     target_only,
     tunable_paths,
@@ -321,7 +322,8 @@ class GemmSpec(with_knobs("GemmSpecTunables", _GemmSpecHead, GEMM_KNOBS, module=
     tail: TailPolicy = TailPolicy.NONE
     targets: Annotated[list[Target], Field(min_length=1)] = [Target.GFX942]  # noqa: RUF012 - pydantic copies it
     overrides: dict[Target, GemmOverride] = {}  # noqa: RUF012 - pydantic copies it
-    search: dict[Target, GemmSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
+    # `tilegen tune`'s space per target: one block, or a list of blocks (the union of their spaces); `gen` ignores it
+    search: dict[Target, search_entry(GemmSearch)] = {}  # noqa: RUF012
     allow_spills: StrictBool = False  # a build with register spills fails unless this is true
     # multiplies verify's tolerance (docs/verification.md); < 1 tightens, > 1 loosens; reported with results
     verify_tolerance_scale: ToleranceScale = 1.0

@@ -9,7 +9,7 @@ from pydantic import StrictBool
 
 from codegen.core.hardware import DType, Target
 from codegen.families.rows import ROW_TUNABLES, ROW_TYPES, RowSpecBase
-from codegen.families.spec import PositiveFp32, search_model
+from codegen.families.spec import PositiveFp32, search_entry, search_model
 
 
 class NormVariant(StrEnum):
@@ -39,7 +39,8 @@ class NormSpecBase(RowSpecBase):
     # Y = norm(S) -- the sum as stored, rounded once, is what is normalised
     residual: StrictBool = False
     quant: Quant = Quant.NONE  # per_token: fp8 e4m3 output with a dynamic per-row scale (rmsnorm; rules quant_*)
-    search: dict[Target, NormSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
+    # `tilegen tune`'s space per target: one block, or a list of blocks (the union of their spaces); `gen` ignores it
+    search: dict[Target, search_entry(NormSearch)] = {}  # noqa: RUF012
 
     @property
     def fused(self) -> tuple[tuple[str, object], ...]:

@@ -18,7 +18,16 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from codegen.core.hardware import Target
-from codegen.families.spec import Identifier, Model, PositiveInt, RowDTypes, TailPolicy, int_choice, search_model
+from codegen.families.spec import (
+    Identifier,
+    Model,
+    PositiveInt,
+    RowDTypes,
+    TailPolicy,
+    int_choice,
+    search_entry,
+    search_model,
+)
 
 
 class RopeTables(StrEnum):
@@ -54,7 +63,8 @@ class RopeSpec(Model):
     allow_spills: StrictBool = False
     verify_tolerance_scale: Annotated[StrictFloat, Field(gt=0, le=100)] = 1.0
     min_waves_per_simd: Annotated[StrictInt, Field(ge=1, le=8)] | None = None
-    search: dict[Target, RopeSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
+    # `tilegen tune`'s space per target: one block, or a list of blocks (the union of their spaces); `gen` ignores it
+    search: dict[Target, search_entry(RopeSearch)] = {}  # noqa: RUF012
 
 
 # what a rope spec's `search:` may list: the workgroup size and the elements one thread loads (the tail policy is

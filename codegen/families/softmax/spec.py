@@ -8,7 +8,7 @@ from typing import Literal
 
 from codegen.core.hardware import Target
 from codegen.families.rows import ROW_TUNABLES, RowSpecBase
-from codegen.families.spec import NormalFp32, search_model
+from codegen.families.spec import NormalFp32, search_entry, search_model
 
 
 class SoftmaxVariant(StrEnum):
@@ -30,7 +30,8 @@ class SoftmaxSpec(RowSpecBase):
     variant: SoftmaxVariant = SoftmaxVariant.TWO_PASS
     scale: NormalFp32 | None = None  # the logits are X * scale (in fp32) before the mask is added; None: X
     mask: SoftmaxMask = SoftmaxMask.NONE
-    search: dict[Target, SoftmaxSearch] = {}  # noqa: RUF012 - `tilegen tune`'s space per target; `gen` ignores it
+    # `tilegen tune`'s space per target: one block, or a list of blocks (the union of their spaces); `gen` ignores it
+    search: dict[Target, search_entry(SoftmaxSearch)] = {}  # noqa: RUF012
 
     @property
     def row_in_registers(self) -> bool:
