@@ -185,7 +185,7 @@ def test_a_bench_session_keeps_one_worker_and_compiles_nothing_twice(fakes, monk
     items = [(f.uri, tuple(s)) for f in files for s in f.instance.shapes]
     assert len(items) >= 2
     one = replace(GPU, devices=("0",))
-    with gpurun.BenchSession(compiled={items[0]}) as session:
+    with gpurun.GpuSession(compiled={items[0]}) as session:
         first = gpurun.bench_all(files, one, jobs=1, timeout_s=60, session=session)
         second = gpurun.bench_all(files, one, jobs=1, timeout_s=60, session=session)
     assert sorted(compiled) == sorted(items[1:])  # each once, the one verify compiled never
@@ -219,3 +219,48 @@ def test_a_worker_loads_each_kernel_once(monkeypatch):
     assert len(bench._LOADED) == 2
     bench.loaded_kernel(f, shape, Target.SM_90)
     assert len(loads) == 4
+
+
+def fake_verify_pid(rendered, shape, run_target):
+    return [CaseResult(uri=rendered.uri, target=rendered.instance.target.value, run_target=run_target.value,
+                       shape=tuple(shape), seed=0, inputs=str(os.getpid()), status="verified")]
+
+
+def fake_release():
+    with open(os.environ["TILEGEN_TEST_RELEASES"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+
+
+def test_a_session_s_verify_and_bench_share_workers_and_compiles(fakes, monkeypatch, tmp_path):
+    """`tune --all`'s session: verify's first worker on a GPU is bench's, bench compiles nothing verify compiled,
+    and after verify every live worker hands its cached GPU memory back. Without a session, bench starts a worker
+    of its own."""
+    releases = tmp_path / "releases"
+    monkeypatch.setenv("TILEGEN_TEST_RELEASES", str(releases))
+    monkeypatch.setattr(gpurun, "verify_case", fake_verify_pid)
+    monkeypatch.setattr(gpurun, "bench_case", fake_bench_pid)
+    monkeypatch.setattr(gpurun, "release_cached_memory", fake_release)
+    compiled = []
+
+    def counting_precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
+        compiled.extend((f.uri, tuple(s)) for f, s in work)
+        for i in range(len(work)):
+            on_result(i, "")
+        return {}
+
+    monkeypatch.setattr(gpurun, "precompile", counting_precompile)
+    files = [f for f in FILES if f.instance.name == "gemm_fp16_decode"]
+    one = replace(GPU, devices=("0",))
+    with gpurun.GpuSession() as session:
+        v = gpurun.verify_all(files, one, jobs=1, timeout_s=60, workers_per_gpu=2, session=session)
+        verified = len(compiled)
+        b = gpurun.bench_all(files, one, jobs=1, timeout_s=60, session=session)
+    verify_pids = {int(c["inputs"]) for c in v.cases}
+    bench_pids = {int(r["seconds"]) for r in b.rows}
+    assert len(verify_pids | bench_pids) <= 2 and len(bench_pids) == 1  # two verify workers, the first also bench's
+    assert len(compiled) == verified  # bench compiled nothing: verify had compiled every spec shape
+    assert {int(p) for p in releases.read_text().split()} == verify_pids  # each live worker released its memory
+    # the control: without a session, bench starts (and ends) a worker of its own
+    v = gpurun.verify_all(files, one, jobs=1, timeout_s=60, workers_per_gpu=2)
+    b = gpurun.bench_all(files, one, jobs=1, timeout_s=60)
+    assert {int(r["seconds"]) for r in b.rows}.isdisjoint({int(c["inputs"]) for c in v.cases})

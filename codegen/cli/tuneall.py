@@ -175,6 +175,7 @@ def run_tune_all(project, targets: list[Target] | None, *, budget: str, opts, ti
     from codegen.cli.console import full_width, rich_table
     from codegen.cli.tune import _loaded, run_tune
     from codegen.run.gpu import NoGpu, detect_gpu
+    from codegen.run.gpurun import GpuSession
     from codegen.tune.measure import parse_budget
 
     budget_s = parse_budget(budget)
@@ -190,12 +191,14 @@ def run_tune_all(project, targets: list[Target] | None, *, budget: str, opts, ti
 
     def tune_one(name: str, target: Target, left_s: float):
         (result,) = run_tune(project, name, [target], static=False, budget=f"{max(left_s, 1.0):.0f}s", opts=opts,
-                             timeout_s=timeout_s, out=out, err=err, gpus=gpus)
+                             timeout_s=timeout_s, out=out, err=err, gpus=gpus, session=session)
         return result
 
     t0 = time.monotonic()
-    rows = tune_all(project, targets, budget_s=budget_s, tune_one=tune_one, device=device, device_versions=versions,
-                    run_target=gpu.run_target, loaded=loaded)
+    # every spec's verification and bench rounds on the same GPU workers, started once for the run
+    with GpuSession() as session:
+        rows = tune_all(project, targets, budget_s=budget_s, tune_one=tune_one, device=device,
+                        device_versions=versions, run_target=gpu.run_target, loaded=loaded)
     wall = time.monotonic() - t0
     full_width(out).print(rich_table(f"tune --all on {device} ({gpu.run_target.value}), budget {budget_s:.0f} s, "
                                      f"{wall:.0f} s", TUNE_ALL_COLUMNS, rows))

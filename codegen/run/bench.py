@@ -12,7 +12,7 @@ from codegen.targets import HARDWARE, TARGETS, torch_dtype
 
 MIN_ITERS, MAX_ITERS, TARGET_MS = 10, 200, 300.0
 # the kernels this (worker) process loaded, by what they are: a bench session's worker
-# (codegen.run.gpurun.BenchSession) times the same kernels round after round, and loading one from TileLang's
+# (codegen.run.gpurun.GpuSession) times the same kernels round after round, and loading one from TileLang's
 # cache takes 0.02-0.6 s. The oldest goes first past LOADED_MAX.
 _LOADED: dict[tuple, object] = {}
 LOADED_MAX = 64

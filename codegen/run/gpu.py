@@ -190,6 +190,15 @@ def _first_line(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:300]
 
 
+def release_cached_memory() -> None:
+    """In a worker: hand torch's cached GPU memory back to the driver (nothing where torch never started CUDA)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------- contained execution
 def _is_context_fatal(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}"

@@ -15,7 +15,7 @@ from codegen.core.workers import end_processes
 from codegen.families import derived_shapes
 from codegen.generate.render import RenderedFile
 from codegen.run.bench import BenchRow, bench_case, flush_bytes, measure_copy_gbps
-from codegen.run.gpu import ContainedRunner, GpuInfo, precompile, unsupported_on
+from codegen.run.gpu import ContainedRunner, GpuInfo, precompile, release_cached_memory, unsupported_on
 from codegen.run.verify import CaseResult, verify_case
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -122,7 +122,7 @@ class _Stopped(Exception):
 
 
 def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, timeout_s: float, on_event: OnEvent,
-                    setup=None, ray: str | None = None, workers_per_gpu: int = 1, session: BenchSession | None = None):
+                    setup=None, ray: str | None = None, workers_per_gpu: int = 1, session: GpuSession | None = None):
     """Compile every (file, shape) of `work` in parallel into TileLang's cache and, as each compile ends, call
     fn(file, shape, run_target, *extra) for it in a contained worker, where extra = setup(runner) (run once
     in each worker before its cases; () without setup). One worker per GPU, or `workers_per_gpu` sharing each
@@ -202,7 +202,7 @@ def _parallel_runs(work, gpu: GpuInfo, envs, feed: _CompileFeed, *, fn, timeout_
     workers sharing one), each fed by a thread of its own with the items `feed` has compiled; results come back
     in `work`'s order, so reports do not depend on which worker ran which case. A Ctrl-C (in this, the main
     thread) ends every worker process. `tick` is called while waiting (the compile stage's progress).
-    `runners`: workers that outlive this call (a BenchSession's), one per entry of `envs`; else new ones,
+    `runners`: workers that outlive this call (a GpuSession's), one per entry of `envs`; else new ones,
     closed at the end."""
     done: dict[int, tuple] = {}
     failure: list[BaseException] = []
@@ -286,14 +286,16 @@ class VerifyTally:
 
 def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                ray: str | None = None, workers_per_gpu: int = VERIFY_WORKERS_PER_GPU,
-               on_event: OnEvent = ignore) -> VerifyReport:
+               on_event: OnEvent = ignore, session: GpuSession | None = None) -> VerifyReport:
+    """Verify every kernel at its shapes and the family's edge shapes, negative controls included. `session`:
+    workers and compiles shared with other calls (their cached GPU memory released at the end)."""
     work, skipped = plan(files, gpu, derived=True, native_only=False)
     report = VerifyReport(gpu=asdict(gpu))
     for f, reason in skipped:
         report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value, run_target=gpu.run_target.value,
                                               shape=f.instance.shapes[0], seed=-1, inputs="", status="skipped", error=reason)))
     runs = _contained_runs(work, gpu, label="verify", fn=verify_case, jobs=jobs, timeout_s=timeout_s, on_event=on_event,
-                           ray=ray, workers_per_gpu=workers_per_gpu)
+                           ray=ray, workers_per_gpu=workers_per_gpu, session=session)
     for f, shape, value, error in runs:
         if error is None:
             report.cases.extend(asdict(r) for r in value)
@@ -301,15 +303,18 @@ def verify_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float
             report.cases.append(asdict(CaseResult(uri=f.uri, target=f.instance.target.value,
                                                   run_target=gpu.run_target.value, shape=tuple(shape), seed=-1,
                                                   inputs="", status="error", error=error)))
+    if session is not None:
+        session.release()
     return report
 
 
-class BenchSession:
-    """What several bench_all calls of one run share (the tuner's rounds): one contained worker per GPU, started
-    once, which keeps torch, TileLang and the kernels it loaded (codegen.run.bench.bench_case) from one call to
-    the next; the copy bandwidth measured once per worker; the (uri, shape) items compiled into TileLang's cache
-    (seeded with what a verify of the same run compiled), which are not compiled again. A round after the first
-    starts no process and imports nothing. Closing it ends the workers. Ray runs start their own tasks."""
+class GpuSession:
+    """What the verify_all and bench_all calls of one run share (a tune's verification and bench rounds; every
+    spec of `tune --all`): the contained workers, started once per (GPU, slot) -- verify's first worker on a GPU
+    is bench's -- which keep torch, TileLang and the kernels they loaded (codegen.run.bench.loaded_kernel) from one
+    call to the next; the copy bandwidth, measured once per worker; and the (uri, shape) items compiled into
+    TileLang's cache, which are not compiled again. A call after the first starts no process and imports
+    nothing. Closing it ends the workers. Ray runs start their own tasks."""
 
     def __init__(self, compiled: set[tuple[str, tuple]] | None = None):
         self.compiled: set[tuple[str, tuple]] = set(compiled or ())
@@ -317,13 +322,23 @@ class BenchSession:
         self._runners: dict[tuple, ContainedRunner] = {}
 
     def runners(self, envs: list[dict[str, str]], timeout_s: float) -> list[ContainedRunner]:
-        out = []
-        for n, env in enumerate(envs):
-            key = (n, tuple(sorted(env.items())))
+        """A worker for each entry of `envs` (its GPU): the k-th entry of one GPU is that GPU's k-th worker."""
+        out, seen = [], defaultdict(int)
+        for env in envs:
+            gpu = tuple(sorted(env.items()))
+            key = (gpu, seen[gpu])
+            seen[gpu] += 1
             if key not in self._runners:
                 self._runners[key] = ContainedRunner(timeout_s, env)
             out.append(self._runners[key])
         return out
+
+    def release(self) -> None:
+        """Each live worker hands its cached GPU memory back (torch's allocator), so workers waiting for the next
+        call do not hold what their last cases allocated."""
+        for r in self._runners.values():
+            if r.process is not None and r.process.is_alive():
+                r.call(release_cached_memory)
 
     def close(self) -> None:
         for r in self._runners.values():
@@ -353,7 +368,7 @@ class BenchReport:
 
 def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
               baselines_for: frozenset[str] | None = None, ray: str | None = None,
-              on_event: OnEvent = ignore, session: BenchSession | None = None) -> BenchReport:
+              on_event: OnEvent = ignore, session: GpuSession | None = None) -> BenchReport:
     """Time every kernel at its shapes; the torch baselines beside every row, or only beside the rows of the
     kernels in `baselines_for`. `session`: workers, copy bandwidth and compiles shared with other calls."""
     work, skipped = plan(files, gpu, derived=False, native_only=True)

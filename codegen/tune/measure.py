@@ -6,7 +6,7 @@ stages (codegen.tune.search).
    vacuous, error) can never be selected; it is listed with its statuses.
 2. successive halving (eta = 2) over bench rounds (codegen.run.gpurun.bench_all: L2 flushed, median; torch eager /
    torch.compile / the vendor baseline timed in the first round, in the same run; every round on one worker per
-   GPU that keeps the kernels it loaded, codegen.run.gpurun.BenchSession): each round times every
+   GPU that keeps the kernels it loaded, codegen.run.gpurun.GpuSession): each round times every
    remaining candidate at every shape; candidates are scored by the geometric mean over shapes of (their median of
    all rounds so far / the best of that shape); the better half goes on, the hand configuration always; it stops
    at two candidates, when a round would not be smaller, or when the next round would overrun the budget (its
@@ -25,12 +25,16 @@ import re
 import statistics
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from codegen.core.errors import TilegenError
 from codegen.core.events import OnEvent, ignore
 from codegen.generate.lockfile import Candidate, LockEntry, gpu_versions, hand_hash, local_versions, space_sha256
 from codegen.run.report import command_line, git_commit
 from codegen.tune.search import Point, TuneResult
+
+if TYPE_CHECKING:
+    from codegen.run.gpurun import GpuSession
 
 STRATEGY = "successive_halving(eta=2) over bench rounds; deterministic (no sampling, no seed)"
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
@@ -45,10 +49,24 @@ def parse_budget(text: str) -> float:
 
 
 def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeout_s: float,
-            ray: str | None = None, on_event: OnEvent = ignore) -> tuple[dict[str, object], list[LockEntry]]:
+            ray: str | None = None, on_event: OnEvent = ignore,
+            session: GpuSession | None = None) -> tuple[dict[str, object], list[LockEntry]]:
     """Verify, then select by successive halving; returns the report's `measured` document and the lockfile
-    entries (one per shape)."""
-    from codegen.run.gpurun import BenchSession, bench_all, verify_all
+    entries (one per shape). Verification and every round run on the workers of `session` (a run's, such as
+    `tune --all`'s), or of one started for this spec and ended with it."""
+    from codegen.run.gpurun import GpuSession
+
+    if session is not None:
+        return _measure(result, gpu, budget_s=budget_s, jobs=jobs, timeout_s=timeout_s, ray=ray, on_event=on_event,
+                        session=session)
+    with GpuSession() as own:
+        return _measure(result, gpu, budget_s=budget_s, jobs=jobs, timeout_s=timeout_s, ray=ray, on_event=on_event,
+                        session=own)
+
+
+def _measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeout_s: float, ray: str | None,
+             on_event: OnEvent, session: GpuSession) -> tuple[dict[str, object], list[LockEntry]]:
+    from codegen.run.gpurun import bench_all, verify_all
 
     if gpu.run_target != result.target:
         raise TilegenError(f"{result.target.value} kernels are measured on a {result.target.value} GPU; this is "
@@ -58,7 +76,8 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
         raise TilegenError(f"{result.spec_name}: no candidate survived the static stages on {result.target.value}")
     files = {p.uri: result.part.files[p.uri] for p in survivors}
     t0 = time.monotonic()
-    vrep = verify_all(list(files.values()), gpu, jobs=jobs, timeout_s=timeout_s, ray=ray, on_event=on_event)
+    vrep = verify_all(list(files.values()), gpu, jobs=jobs, timeout_s=timeout_s, ray=ray, on_event=on_event,
+                      session=session)
     verify_s = time.monotonic() - t0  # compiling the survivors and running every case (where a tune's time goes)
     statuses: dict[str, Counter] = {u: Counter() for u in files}
     first_error: dict[str, str] = {}
@@ -79,50 +98,49 @@ def measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, timeo
     bench_errors: dict[str, str] = {}
     rounds: list[dict[str, object]] = []
     start = time.monotonic()
-    # every round on the same worker (it keeps the kernels it loaded); nothing verify compiled is compiled again
-    verified = {(c["uri"], tuple(c["shape"])) for c in vrep.cases if c["status"] == "verified"}
-    with BenchSession(compiled=verified) as session:
-        while True:
-            round_start = time.monotonic()
-            # torch's baselines (eager and torch.compile: the slow part of a round) are timed in the first round
-            # only, beside the hand configuration: every later round times the candidates alone
-            beside = frozenset() if rounds else frozenset({next((p.uri for p in alive if p.uri == hand_uri), alive[0].uri)})
-            brep = bench_all([files[p.uri] for p in alive], gpu, jobs=jobs, timeout_s=timeout_s, ray=ray,
-                             baselines_for=beside, on_event=on_event, session=session)
-            for row in brep.rows:
-                shape = tuple(row["shape"])
-                if row["status"] != "ok" or not row["kernel"]:
-                    bench_errors.setdefault(row["uri"], row["error"] or row["status"])
-                    continue
-                times.setdefault((row["uri"], shape), []).append(float(row["kernel"]["median_ms"]))
-                if row["baselines"]:  # beside the hand configuration, in the first round
-                    baselines[shape] = {k: float(v["median_ms"]) for k, v in row["baselines"].items()}
-            alive = [p for p in alive if p.uri not in bench_errors]
-            if not alive:
-                raise TilegenError(f"{result.spec_name}: every candidate failed to bench on {gpu.name}")
-            shapes = sorted({s for (_, s) in times})
-            best = {s: min(statistics.median(times[(p.uri, s)]) for p in alive if (p.uri, s) in times) for s in shapes}
+    # every round on the session's worker (it keeps the kernels it loaded); nothing verify compiled is compiled again
+    session.compiled |= {(c["uri"], tuple(c["shape"])) for c in vrep.cases if c["status"] == "verified"}
+    while True:
+        round_start = time.monotonic()
+        # torch's baselines (eager and torch.compile: the slow part of a round) are timed in the first round
+        # only, beside the hand configuration: every later round times the candidates alone
+        beside = frozenset() if rounds else frozenset({next((p.uri for p in alive if p.uri == hand_uri), alive[0].uri)})
+        brep = bench_all([files[p.uri] for p in alive], gpu, jobs=jobs, timeout_s=timeout_s, ray=ray,
+                         baselines_for=beside, on_event=on_event, session=session)
+        for row in brep.rows:
+            shape = tuple(row["shape"])
+            if row["status"] != "ok" or not row["kernel"]:
+                bench_errors.setdefault(row["uri"], row["error"] or row["status"])
+                continue
+            times.setdefault((row["uri"], shape), []).append(float(row["kernel"]["median_ms"]))
+            if row["baselines"]:  # beside the hand configuration, in the first round
+                baselines[shape] = {k: float(v["median_ms"]) for k, v in row["baselines"].items()}
+        alive = [p for p in alive if p.uri not in bench_errors]
+        if not alive:
+            raise TilegenError(f"{result.spec_name}: every candidate failed to bench on {gpu.name}")
+        shapes = sorted({s for (_, s) in times})
+        best = {s: min(statistics.median(times[(p.uri, s)]) for p in alive if (p.uri, s) in times) for s in shapes}
 
-            def score(p: Point, shapes=shapes, best=best) -> float:
-                ratios = [statistics.median(times[(p.uri, s)]) / best[s] for s in shapes if (p.uri, s) in times]
-                return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else math.inf
+        def score(p: Point, shapes=shapes, best=best) -> float:
+            ratios = [statistics.median(times[(p.uri, s)]) / best[s] for s in shapes if (p.uri, s) in times]
+            return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else math.inf
 
-            alive.sort(key=lambda p: (score(p), p.uri))
-            rounds.append({"candidates": len(alive), "elapsed_s": round(time.monotonic() - start, 1),
-                           "seconds": round(time.monotonic() - round_start, 1),
-                           "scores": {p.uri: round(score(p), 4) for p in alive}})
-            if len(alive) <= 2:
-                break
-            keep = alive[: math.ceil(len(alive) / 2)]
-            keep += [p for p in alive if p.uri == hand_uri and p not in keep]
-            if len(keep) >= len(alive):  # the hand configuration kept beside the better half: no smaller round
-                break
-            # the next round would time len(keep) of this round's len(alive) candidates: start it only if it
-            # should end within the budget (a round cut short by the caller's deadline keeps nothing)
-            last_s = time.monotonic() - round_start
-            if time.monotonic() - start + last_s * len(keep) / len(alive) > budget_s:
-                break
-            alive = keep
+        alive.sort(key=lambda p: (score(p), p.uri))
+        rounds.append({"candidates": len(alive), "elapsed_s": round(time.monotonic() - start, 1),
+                       "seconds": round(time.monotonic() - round_start, 1),
+                       "scores": {p.uri: round(score(p), 4) for p in alive}})
+        if len(alive) <= 2:
+            break
+        keep = alive[: math.ceil(len(alive) / 2)]
+        keep += [p for p in alive if p.uri == hand_uri and p not in keep]
+        if len(keep) >= len(alive):  # the hand configuration kept beside the better half: no smaller round
+            break
+        # the next round would time len(keep) of this round's len(alive) candidates: start it only if it
+        # should end within the budget (a round cut short by the caller's deadline keeps nothing)
+        last_s = time.monotonic() - round_start
+        if time.monotonic() - start + last_s * len(keep) / len(alive) > budget_s:
+            break
+        alive = keep
     versions = local_versions() | gpu_versions(gpu)
     hh = hand_hash(result.loaded, result.target)
     space = space_sha256(result.loaded, result.target)  # the space this run searched
