@@ -69,6 +69,12 @@ def compiled_once(key, op):
         import torch
         import torch._dynamo
 
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        # one compile per shape and dtype of the op's code (dynamic=False): a bench worker that serves a whole
+        # `tune --all` (codegen.run.gpurun.GpuSession) meets every shape of a family, and past dynamo's limits
+        # the op would run eager, uncompiled, under the name torch.compile
+        cfg = torch._dynamo.config
+        for name, floor in (("cache_size_limit", 1024), ("accumulated_cache_size_limit", 4096)):
+            if hasattr(cfg, name):
+                setattr(cfg, name, max(getattr(cfg, name), floor))
         _COMPILED[key] = torch.compile(op, dynamic=False)
     return _COMPILED[key]
