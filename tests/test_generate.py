@@ -296,7 +296,8 @@ def _string_fields() -> dict[tuple[str, tuple], dict]:
 STRING_FIELDS = _string_fields()
 
 
-@pytest.mark.parametrize("field", sorted(STRING_FIELDS), ids=lambda f: f"{f[0]}-{'.'.join(map(str, f[1]))}")
+@pytest.mark.parametrize("field", sorted(STRING_FIELDS, key=lambda f: (f[0], [str(p) for p in f[1]])),
+                         ids=lambda f: f"{f[0]}-{'.'.join(map(str, f[1]))}")
 def test_no_string_in_a_spec_reaches_a_module_unchecked(field):
     """Every string value the committed specs hold is checked against a closed set or the identifier
     rule: one carrying code is refused, with one-line errors, before anything is rendered."""

@@ -13,7 +13,15 @@ from codegen.families.gemm import spec as gemm
 from codegen.families.norm import spec as norm
 from codegen.families.rope import spec as rope
 from codegen.families.softmax import spec as softmax
-from codegen.families.spec import K_PACK, Knob, Model, int_choice, missing_from_starter, tunable_paths
+from codegen.families.spec import (
+    K_PACK,
+    Knob,
+    Model,
+    int_choice,
+    missing_from_starter,
+    search_block_type,
+    tunable_paths,
+)
 
 # tunables a family's starter spec leaves out on purpose, with the reason; every other one appears in it
 STARTER_LEFT_OUT: dict[str, dict[str, str]] = {"gemm": {}, "attention": {}, "rmsnorm": {}, "layernorm": {},
@@ -57,7 +65,7 @@ def test_models_follow_the_declaration(op):
             assert not o.is_required() and o.default is None  # every override is optional
     only = {k.name: k.default for k in knobs if k.takes is not None}
     assert {o.name: o.default for o in getattr(spec, "TARGET_ONLY", ())} == only
-    search = spec.model_fields["search"].annotation.__args__[1]
+    search = search_block_type(spec)
     assert [p for p, _ in _search_paths(search)] == list(tunable_paths(knobs))
 
 
