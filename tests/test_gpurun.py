@@ -164,6 +164,20 @@ def fake_copy_counted(nbytes):
     return 1234.0
 
 
+def counting_precompile(monkeypatch) -> list:
+    """precompile replaced by one that compiles everything at once and lists each (uri, shape) it was asked for."""
+    compiled = []
+
+    def precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
+        compiled.extend((f.uri, tuple(s)) for f, s in work)
+        for i in range(len(work)):
+            on_result(i, "")
+        return {}
+
+    monkeypatch.setattr(gpurun, "precompile", precompile)
+    return compiled
+
+
 def test_a_bench_session_keeps_one_worker_and_compiles_nothing_twice(fakes, monkeypatch, tmp_path):
     """The tuner's rounds: two bench_all calls in one session run on the same worker process, measure the copy
     bandwidth once and compile each item once (none that the session was told verify compiled); without a
@@ -172,15 +186,7 @@ def test_a_bench_session_keeps_one_worker_and_compiles_nothing_twice(fakes, monk
     monkeypatch.setenv("TILEGEN_TEST_COPIES", str(copies))
     monkeypatch.setattr(gpurun, "bench_case", fake_bench_pid)
     monkeypatch.setattr(gpurun, "measure_copy_gbps", fake_copy_counted)
-    compiled = []
-
-    def counting_precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
-        compiled.extend((f.uri, tuple(s)) for f, s in work)
-        for i in range(len(work)):
-            on_result(i, "")
-        return {}
-
-    monkeypatch.setattr(gpurun, "precompile", counting_precompile)
+    compiled = counting_precompile(monkeypatch)
     files = [f for f in FILES if f.instance.name == "gemm_fp16_decode"]
     items = [(f.uri, tuple(s)) for f in files for s in f.instance.shapes]
     assert len(items) >= 2
@@ -240,15 +246,7 @@ def test_a_session_s_verify_and_bench_share_workers_and_compiles(fakes, monkeypa
     monkeypatch.setattr(gpurun, "verify_case", fake_verify_pid)
     monkeypatch.setattr(gpurun, "bench_case", fake_bench_pid)
     monkeypatch.setattr(gpurun, "release_cached_memory", fake_release)
-    compiled = []
-
-    def counting_precompile(work, run_target, *, workers, progress=None, on_result=None, on_pool=None):
-        compiled.extend((f.uri, tuple(s)) for f, s in work)
-        for i in range(len(work)):
-            on_result(i, "")
-        return {}
-
-    monkeypatch.setattr(gpurun, "precompile", counting_precompile)
+    compiled = counting_precompile(monkeypatch)
     files = [f for f in FILES if f.instance.name == "gemm_fp16_decode"]
     one = replace(GPU, devices=("0",))
     with gpurun.GpuSession() as session:
