@@ -471,7 +471,9 @@ def tune_static(loaded: LoadedSpec, target: Target, root: Path, opts: BuildOptio
         raise TilegenError(f"{spec.name}: {target.value} is not in its targets")
     stage = on_stage or (lambda *_: None)
     size = check_space(loaded, target, max_points)
-    stage("expand", f"{size} points")
+    blocks = [math.prod(len(values) for _, values in axes) for axes in blocks_of(spec, target)]
+    stage("expand", f"{size} points" + (f" ({' + '.join(map(str, blocks))} in {len(blocks)} blocks)"
+                                        if len(blocks) > 1 else ""))
     part = constrain(loaded, target, expand(spec, target))
     stage("constrain", f"{sum(1 for p in part.points if p.rules)} rejected by rules, {len(part.files)} distinct kernels")
     part, _ = prune(part, root, opts, build=build, on_event=on_event)
