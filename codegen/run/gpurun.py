@@ -316,8 +316,8 @@ class GpuSession:
     TileLang's cache, which are not compiled again. A call after the first starts no process and imports
     nothing. Closing it ends the workers. Ray runs start their own tasks."""
 
-    def __init__(self, compiled: set[tuple[str, tuple]] | None = None):
-        self.compiled: set[tuple[str, tuple]] = set(compiled or ())
+    def __init__(self):
+        self.compiled: set[tuple[str, tuple]] = set()  # (uri, shape) compiled by this session's calls
         self.copy_gbps: dict[int, float] = {}  # id(runner) -> its measurement
         self._runners: dict[tuple, ContainedRunner] = {}
 

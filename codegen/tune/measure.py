@@ -98,8 +98,8 @@ def _measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, time
     bench_errors: dict[str, str] = {}
     rounds: list[dict[str, object]] = []
     start = time.monotonic()
-    # every round on the session's worker (it keeps the kernels it loaded); nothing verify compiled is compiled again
-    session.compiled |= {(c["uri"], tuple(c["shape"])) for c in vrep.cases if c["status"] == "verified"}
+    # every round on the session's worker, which verify used too: it keeps the kernels it loaded, and the session
+    # what verify compiled
     while True:
         round_start = time.monotonic()
         # torch's baselines (eager and torch.compile: the slow part of a round) are timed in the first round
