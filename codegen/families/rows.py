@@ -14,7 +14,7 @@ from pydantic import Field, StrictBool, StrictInt
 
 from codegen.core.hardware import DTYPE_BYTES, DType, Hardware, Target
 from codegen.families.base import InstanceBase, dtype_tag, tail_tag, tilelang_target
-from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, TINY, UNIT_ROUNDOFF, CheckChunk, normal_draws
 from codegen.families.rules import Violation, threads_violations
 from codegen.families.spec import (
     MAX_INT32,
@@ -615,12 +615,11 @@ def row_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target)
     import torch
 
     rows, cols = shape
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(rows, cols, generator=g)
+    (x,), g = normal_draws(seed, (rows, cols))  # shared: not written
     if kind == "wide":
         x = x * torch.exp(torch.empty(rows, 1).uniform_(-2, 2, generator=g)) + 2 * torch.randn(rows, 1, generator=g)
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
-    xq = x.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
+    xq = x.to(dt, copy=True)  # rounded inputs: the reference sees exactly what the kernel sees
     return RowCase(X=xq.to(device), WS=row_workspace(inst, shape, device))
 
 

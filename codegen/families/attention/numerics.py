@@ -20,6 +20,7 @@ from codegen.families.numerics import (
     UNIT_ROUNDOFF,
     compiled_once,
     counters_left,
+    normal_draws,
     verify_workspaces,
 )
 from codegen.families.spec import TailPolicy
@@ -190,10 +191,7 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
 
     b, h, kvh, sq, skv = shape
     d = inst.head_dim
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    q = torch.randn(b, sq, h, d, generator=g)
-    k = torch.randn(b, skv, kvh, d, generator=g)
-    v = torch.randn(b, skv, kvh, d, generator=g)
+    (q, k, v), g = normal_draws(seed, (b, sq, h, d), (b, skv, kvh, d), (b, skv, kvh, d))  # shared: not written
     if kind == "wide":
         q = q * torch.exp(torch.empty(1, 1, h, 1).uniform_(-1.5, 1.5, generator=g))
         k = k * torch.exp(torch.empty(1, 1, kvh, 1).uniform_(-1.5, 1.5, generator=g))
@@ -203,9 +201,10 @@ def attention_inputs(inst, shape, *, seed: int, kind: str, device, run_target: T
         hot[skv - sq:] = True
     if inst.variant == AttentionVariant.DECODE:
         hot |= _split_control_keys(inst, skv, inst.split_for(shape))
-    v[:, hot] *= HOT_KEY_VALUE_SCALE
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
-    qq, kq, vq = q.to(dt), k.to(dt), v.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
+    # rounded inputs (the reference sees exactly what the kernel sees), new tensors: the draws are shared
+    qq, kq, vq = q.to(dt, copy=True), k.to(dt, copy=True), v.to(dt, copy=True)
+    vq[:, hot] = (v[:, hot] * HOT_KEY_VALUE_SCALE).to(dt)  # scaled before the rounding, as the rest is rounded
     workspace = verify_workspaces(inst, shape, device, run_target)
     return AttentionCase(Q=qq.to(device), K=kq.to(device), V=vq.to(device), workspace=workspace)
 

@@ -37,6 +37,7 @@ from codegen.families.numerics import (
     CheckChunk,
     compiled_once,
     counters_left,
+    normal_draws,
     verify_workspaces,
 )
 from codegen.families.spec import TailPolicy
@@ -263,9 +264,8 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     import torch
 
     m, n, k = shape
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    a = torch.randn(m, k, generator=g)
-    b = torch.randn(k, n, generator=g) / max(k, 1) ** 0.5
+    (a, b), g = normal_draws(seed, (m, k), (k, n))  # shared: not written
+    b = b / max(k, 1) ** 0.5
     if kind == "wide":
         a = a * torch.exp(torch.empty(m, 1).uniform_(-3, 3, generator=g))
         b = b * torch.exp(torch.empty(1, n).uniform_(-3, 3, generator=g))
@@ -274,7 +274,7 @@ def make_inputs(inst, shape: tuple[int, int, int], *, seed: int, kind: str, devi
     if DType(inst.spec_dtypes[0]) == DType.FP8_E4M3:
         limit = torch.finfo(a_dt).max / 2
         a, b = a.clamp(-limit, limit), (b * k**0.5).clamp(-limit, limit)  # fp8: keep B near unit scale
-    a_q, b_q = a.to(a_dt), b.to(b_dt)  # rounded inputs: the reference sees exactly what the kernel sees
+    a_q, b_q = a.to(a_dt, copy=True), b.to(b_dt)  # rounded inputs: the reference sees exactly what the kernel sees
     A = (a_q.t() if inst.trans_a else a_q).contiguous().to(device)
     B = (b_q.t() if inst.trans_b else b_q).contiguous().to(device)
     # NaN-filled: the kernel must write every element of its workspaces that it reads -- but the counters that

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import Numerics
-from codegen.families.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, CheckChunk, compiled_once
+from codegen.families.numerics import SUBNORMAL_ROUNDOFF, UNIT_ROUNDOFF, CheckChunk, compiled_once, normal_draws
 from codegen.families.rows import RowTolerance
 from codegen.families.spec import TailPolicy
 from codegen.targets import torch_dtype
@@ -91,16 +91,14 @@ def rope_inputs(inst, shape, *, seed: int, kind: str, device, run_target: Target
 
     t, h, kvh = shape
     d = inst.head_dim
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    q = torch.randn(t, h, d, generator=g)
-    k = torch.randn(t, kvh, d, generator=g)
+    (q, k), g = normal_draws(seed, (t, h, d), (t, kvh, d))  # shared: not written
     if kind == "wide":
         q = q * torch.exp(torch.empty(t, h, 1).uniform_(-3, 3, generator=g))
         k = k * torch.exp(torch.empty(t, kvh, 1).uniform_(-3, 3, generator=g))
     positions = torch.randint(0, MAX_POSITION[kind], (t,), generator=g)
     cos, sin = rope_tables(positions, inst.rotary_dim, BASE[kind])
     dt = torch_dtype(inst.spec_dtypes[0], run_target)
-    qq, kq = q.to(dt), k.to(dt)  # rounded inputs: the reference sees exactly what the kernel sees
+    qq, kq = q.to(dt, copy=True), k.to(dt, copy=True)  # rounded inputs: the reference sees exactly what the kernel sees
     if inst.full_tables:
         cos, sin = torch.cat((cos, cos), dim=-1).to(dt), torch.cat((sin, sin), dim=-1).to(dt)
     return RopeCase(Q=qq.to(device), K=kq.to(device), COS=cos.to(device), SIN=sin.to(device),
