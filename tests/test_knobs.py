@@ -84,9 +84,10 @@ def test_tunables_and_their_order():
     assert gemm.GEMM_TUNABLES == (
         "tiling.block_m", "tiling.block_n", "tiling.block_k", "tiling.threads", "tiling.policy", "pipeline.stages",
         "unroll", "swizzle_panel", "k_pack", "tail", "structure", "lds_layout", "split_k", "split_k_sum", "grid", "b_eviction",
-        "epilogue", "staging", "tf32_convert")
-    assert gemm.GemmSpec.TARGET_ONLY == (K_PACK, gemm.LDS_LAYOUT, gemm.B_EVICTION, gemm.EPILOGUE)
-    assert [o.name for o in gemm.GemmSpec.TARGET_ONLY] == ["k_pack", "lds_layout", "b_eviction", "epilogue"]
+        "epilogue", "staging", "tf32_convert", "activation_math")
+    assert gemm.GemmSpec.TARGET_ONLY == (K_PACK, gemm.LDS_LAYOUT, gemm.B_EVICTION, gemm.EPILOGUE, gemm.ACTIVATION_MATH)
+    assert [o.name for o in gemm.GemmSpec.TARGET_ONLY] == ["k_pack", "lds_layout", "b_eviction", "epilogue",
+                                                           "activation_math"]
     assert attention.ATTENTION_TUNABLES == ("tiling.block_m", "tiling.block_n", "tiling.threads", "pipeline.stages",
                                             "split_kv", "combine_vec", "split_kv_combine", "schedule", "grid",
                                             "tile_order", "k_pack", "v_layout")

@@ -10,6 +10,7 @@ from codegen.core.hardware import DTYPE_BYTES, DType, Target
 from codegen.families.base import InstanceBase, dtype_tag, explicit_schedule, pipelined_loop, tail_tag, tilelang_target
 from codegen.families.gemm.rules import (
     b_eviction,
+    fast_activation,
     gemv_vector,
     lds_bytes,
     shared_epilogue,
@@ -18,6 +19,7 @@ from codegen.families.gemm.rules import (
 )
 from codegen.families.gemm.spec import (
     Activation,
+    ActivationMath,
     Epilogue,
     Eviction,
     GemmSpec,
@@ -192,7 +194,15 @@ class GemmInstance(InstanceBase):
     # Tf32Convert: None -- precision tf32 / 3xtf32 staged into TF32 workspaces (or no TF32); "inline" -- rounded
     # (3xtf32: split) in the main kernel's shared tiles each K step, no workspaces. Optional identity too
     tf32_convert: str | None = None
-    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("fused", "split_k_sum", "tf32_convert")
+    # ActivationMath: None -- the activation's exp and division accurate (expf, an IEEE division); "fast" -- exp2
+    # and the reciprocal's approximation (sm_90, an activation silu or gelu_tanh). Optional identity too
+    activation_math: str | None = None
+    OPTIONAL_IDENTITY: ClassVar[tuple[str, ...]] = ("fused", "split_k_sum", "tf32_convert", "activation_math")
+
+    @property
+    def fast_activation(self) -> bool:
+        """activation_math fast: the activation's exp2 and reciprocal approximations."""
+        return self.activation_math == ActivationMath.FAST.value
 
     @property
     def tf32_inline(self) -> bool:
@@ -268,7 +278,7 @@ class GemmInstance(InstanceBase):
         parts += ["pers"] * self.persistent
         parts += [f"ev{self.b_eviction[0]}"] * (self.b_eviction != Eviction.NORMAL.value)  # evf / evl
         parts += ["epis"] * self.shared_epilogue
-        parts += self._fused_tags()
+        parts += self._fused_tags() + ["fm"] * self.fast_activation
         return "_".join(parts) + tail_tag(self.tail)
 
     def _fused_tags(self) -> list[str]:
@@ -365,7 +375,7 @@ class GemmInstance(InstanceBase):
         f = self.fused
         tensors = ", ".join(("A", "B", *self.input_names(), "C"))
         if f is None:
-            return {"fused": False, "gate": False, "bu_buf": "", "tail_bu": "", "epilogue_lines": [], "fused_constants": [], "activation_fn": "",
+            return {"fused": False, "gate": False, "fast_activation": False, "bu_buf": "", "tail_bu": "", "epilogue_lines": [], "fused_constants": [], "activation_fn": "",
                     "fused_doc": "", "bias_dtype": "", "tile_tensors": tensors}
         row0, col0 = self._rows()
         # the bounds of a ragged tile: _block_tile (the tiles schedule) is a module-level macro, reading them from C
@@ -398,6 +408,7 @@ class GemmInstance(InstanceBase):
             if post != acc:
                 lines.append(f"{acc} = {post}")
         return {"fused": True, "gate": f.gate is not None, "bu_buf": "BU_shared" * (f.gate is not None),
+                "fast_activation": self.fast_activation,
                 "tail_bu": "BU_tail" * (f.gate is not None), "epilogue_lines": lines, "fused_constants": constants,
                 "fused_doc": self._fused_doc(),
                 "activation_fn": act, "tile_tensors": tensors,
@@ -613,6 +624,7 @@ class GemmInstance(InstanceBase):
             **({"grid": self.grid, "resident_workgroups": self.resident_workgroups} if self.persistent else {}),
             **({"b_eviction": self.b_eviction} if self.b_eviction != Eviction.NORMAL.value else {}),
             **({"epilogue": self.epilogue} if self.shared_epilogue else {}),
+            **({"activation_math": self.activation_math} if self.fast_activation else {}),
             **({"fused": {"ops": list(self.fused.ops), **{k: v for k, v in asdict(self.fused).items()
                                                            if v not in (None, False) and k != "bias_tilelang_dtype"
                                                            and not (k == "beta" and not self.fused.residual)}}}
@@ -632,7 +644,8 @@ class GemmInstance(InstanceBase):
                             + (f", persistent {self.resident_workgroups}" if self.persistent else "")
                             + (f", B evict {self.b_eviction}" if self.b_eviction != Eviction.NORMAL.value else "")
                             + (", C via shared" if self.shared_epilogue else "")
-                            + (f", fused {'+'.join(self.fused.ops)}" if self.fused else ""),
+                            + (f", fused {'+'.join(self.fused.ops)}" if self.fused else "")
+                            + (", fast activation" if self.fast_activation else ""),
                 "tail": self.tail.value}
 
     def dtype_label(self) -> str:
@@ -748,4 +761,5 @@ def make_instance(spec: GemmSpec, target: TargetSpec, spec_file: str) -> GemmIns
         staging=(Staging.PADDED if padded else Staging.NONE).value,
         fused=fused_ops(spec, hw), split_k_sum=SplitKSum.FIXUP.value if fixup else None,
         tf32_convert=Tf32Convert.INLINE.value if tf32_converted_inline(spec, tuning) else None,
+        activation_math=ActivationMath.FAST.value if fast_activation(spec, tuning, target) else None,
     )

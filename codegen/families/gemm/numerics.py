@@ -421,8 +421,10 @@ FP32_ROUNDOFF = 2.0**-24
 LIPSCHITZ = {"relu": 1.0, "silu": 1.1, "gelu_erf": 1.13, "gelu_tanh": 1.13}
 # the activation's fp32 evaluation (_epilogue.py.j2's helpers), relative to |x|: silu and gelu_tanh are x / (1 + e)
 # with e = exp(t) -- expf within 2 ulp, __expf (fast math) within 2 + 1.17 |t| ulp for the |t| <= 88 where e is
-# finite (past it the result is 0 or x to fp32 precision) -- the add and the divide one rounding each; gelu_erf's
-# erff within 2 ulp of 1 and three roundings. Under 2^-16 |x| in every case; relu is exact
+# finite (past it the result is 0 or x to fp32 precision) -- the add and the divide one rounding each; with
+# activation_math fast, x * rcp(1 + exp2(t log2 e)): the product t log2(e) one rounding more (|t| ulp of e at most),
+# exp2 within 2 ulp, rcp.approx within 1, the add and the product one rounding each; gelu_erf's erff within 2 ulp
+# of 1 and three roundings. Under 2^-16 |x| in every case (tests/test_activation_math.py); relu is exact
 ACTIVATION_EVAL = {"relu": 0.0, "silu": 2.0**-16, "gelu_erf": 2.0**-16, "gelu_tanh": 2.0**-16}
 # the wrong activation a negative control applies instead of each
 WRONG_ACTIVATION = {"relu": "silu", "silu": "relu", "gelu_erf": "relu", "gelu_tanh": "relu"}

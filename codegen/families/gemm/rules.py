@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from codegen.core.hardware import DTYPE_BYTES, DType
 from codegen.core.yamlsrc import format_path
 from codegen.families.gemm.spec import (
+    ACTIVATION_MATH,
     B_EVICTION,
     EPILOGUE,
     LDS_LAYOUT,
     MAX_SPLIT_K,
+    ActivationMath,
     Epilogue,
     Eviction,
     GemmShape,
@@ -91,6 +93,12 @@ def b_eviction(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> Evicti
     b_eviction_target refuses asking it of another alone), else normal."""
     tma = GEMM_TARGET[target.target].tma_copies
     return tuning.b_eviction if tma and tuning.structure == Structure.TILED else Eviction.NORMAL
+
+
+def fast_activation(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> bool:
+    """activation_math fast, on a target that lowers it (as b_eviction: rule activation_math_target refuses asking
+    it of another alone)."""
+    return tuning.activation_math == ActivationMath.FAST and GEMM_TARGET[target.target].fast_activation
 
 
 def shared_epilogue(spec: GemmSpec, tuning: GemmTuning, target: TargetSpec) -> bool:
@@ -738,18 +746,43 @@ def fused_rules(c: GemmContext) -> Iterator[Violation]:
                         message=f"a bias is stored {', '.join(d.value for d in BIAS_DTYPES)} on {c.hw.target}")
 
 
+# the activations whose evaluation has an exponential and a division to approximate (activation_math fast)
+FAST_ACTIVATIONS = ("silu", "gelu_tanh")
+
+
+def activation_math_rules(c: GemmContext) -> Iterator[Violation]:
+    """Rules activation_math_*: activation_math_target -- fast is the approximations only some targets lower
+    (GemmTarget.fast_activation: sm_90), taken as lds_layout is (a top-level value is used where it can be);
+    activation_math_applies -- fast needs an activation with an exponential to approximate: silu or gelu_tanh, in
+    epilogue_ops or as a gate's (swiglu, geglu_tanh); elsewhere it would be a second name for the same kernel."""
+    yield from target_only_value(c, ACTIVATION_MATH, lambda v: f"activation_math {v.value} is the hardware's exp2 "
+                                 f"and reciprocal approximations, only for "
+                                 f"{', '.join(t.value for t in TARGETS if GEMM_TARGET[t].fast_activation)}",
+                                 "activation_math_target")
+    if c.tuning.activation_math != ActivationMath.FAST or not GEMM_TARGET[c.target.target].fast_activation:
+        return
+    ops, gate = c.spec.epilogue_ops, c.spec.gate
+    act = gate.activation if gate is not None else (ops.activation if ops is not None else None)
+    if act is None or act.value not in FAST_ACTIVATIONS:
+        what = "the kernel has no activation" if act is None else f"{act.value} has no exponential to approximate"
+        yield Violation(rule="activation_math_applies", path=c.origin["activation_math"], value="fast",
+                        message=f"{what}: activation_math fast applies to {' and '.join(FAST_ACTIVATIONS)} (in "
+                                "epilogue_ops or a gate's); use accurate")
+
+
 GEMM_RULES: tuple[GemmRule, ...] = (
     unsupported_combination, dtype_supported, precision_dtype, precision_target, tf32_convert_applies, wave_multiple,
     mma_shape, lds_budget, tail_policy, unroll_fits, k_pack_target, swizzle_panel, edge_offset_index_width,
     lds_layout_target, lds_layout_applies, lds_layout_tile, dynamic_m, split_k_rules, persistent_rules, tma_copy_rules, staging_rules,
-    fused_rules,
+    fused_rules, activation_math_rules,
 )
 # the small-M path: no MMA tiles, no LDS pipeline (pipeline.stages, policy, swizzle_panel and k_pack do not
 # apply to it); unroll is the number of K steps in flight per lane
 GEMV_RULES: tuple[GemmRule, ...] = (unsupported_combination, dtype_supported, precision_dtype, tf32_convert_applies,
                                      wave_multiple, gemv_shape, tail_policy,
                                      gemv_unroll, k_pack_target, lds_layout_target, lds_layout_applies, dynamic_m,
-                                     split_k_rules, persistent_rules, tma_copy_rules, staging_rules, fused_rules)
+                                     split_k_rules, persistent_rules, tma_copy_rules, staging_rules, fused_rules,
+                                     activation_math_rules)
 
 
 def check(spec: GemmSpec, target: TargetSpec) -> list[Violation]:

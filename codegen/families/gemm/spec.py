@@ -149,6 +149,17 @@ class Activation(StrEnum):
     SILU = "silu"
 
 
+class ActivationMath(StrEnum):
+    """How the activation's exponential and division are evaluated (`activation_math`; silu and gelu_tanh, also as
+    a gate's). accurate: expf (within 2 ulp) and an IEEE division -- a few dozen instructions an element, run after
+    the K loop, where nothing hides them. fast (sm_90): exp2 of the argument scaled by log2(e) and the reciprocal's
+    approximation (rcp.approx, within 1 ulp), multiplied -- about a third of the instructions. Both stay far inside
+    the fp32 evaluation error the verification models (docs/verification.md); neither changes what is computed."""
+
+    ACCURATE = "accurate"
+    FAST = "fast"
+
+
 class Gate(StrEnum):
     """The gated MLP (`gate`): C = act(A @ Wg^T) * (A @ Wu^T), two products of one A tile per K step, only their
     gated product stored. swiglu: act silu (Llama's MLP). geglu: act gelu_erf (torch's gelu). geglu_tanh: act
@@ -284,6 +295,10 @@ GEMM_KNOBS: tuple[Knob, ...] = (
     Knob(name="tf32_convert", type=Tf32Convert, default=Tf32Convert.STAGED,
          doc="precision tf32 / 3xtf32: staged (staging kernels write TF32 workspaces first) | inline (the main "
              "kernel rounds / splits its fp32 tiles in shared memory; rule tf32_convert_applies)"),
+    Knob(name="activation_math", type=ActivationMath, default=ActivationMath.ACCURATE,
+         takes=lambda t, v: v == ActivationMath.ACCURATE or GEMM_TARGET[t.target].fast_activation,
+         doc="sm_90: the activation's exp and division accurate, or fast (exp2 and rcp.approx; rules "
+             "activation_math_*)"),
 )
 
 GemmTuning = tuning_model("GemmTuning", GEMM_KNOBS, module=__name__,
@@ -295,6 +310,7 @@ _TARGET_ONLY = target_only(GEMM_KNOBS)
 # the GEMM's target-only tunables beside k_pack: B's LDS layout where the target's template was built for it
 # (GemmTarget.lds_layouts: gfx942, gfx950), and sm_90's TMA copy options (GemmTarget.tma_copies)
 LDS_LAYOUT, B_EVICTION, EPILOGUE = _TARGET_ONLY["lds_layout"], _TARGET_ONLY["b_eviction"], _TARGET_ONLY["epilogue"]
+ACTIVATION_MATH = _TARGET_ONLY["activation_math"]  # sm_90's fast activation (GemmTarget.fast_activation)
 
 
 class _GemmSpecHead(Model):
@@ -364,6 +380,7 @@ STARTER = """\
   # grid: tiles             # tiled: tiles (a workgroup per output tile) | persistent (one per CU/SM slot, looping)
   # b_eviction: normal      # sm_90: normal | first | last -- L2 priority of B's TMA loads (first: a weight read <= 2x)
   # epilogue: direct        # sm_90: direct | shared -- C through a shared-memory tile and TMA stores
+  # activation_math: accurate # sm_90: accurate | fast -- the activation's exp and division (exp2, rcp.approx)
   split_k: 1                # tiled: K split over this many workgroups (fp32 workspace + a fixed-order sum); 1 = off
   # split_k_sum: kernel      # split_k > 1: kernel (a second kernel sums the partials) | fixup (the tile's last split does)
   # staging: none           # tiled: none | padded (odd leading dimensions: A, B copied into zero-padded workspaces)

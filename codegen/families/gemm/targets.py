@@ -21,6 +21,9 @@ class GemmTarget:
     # why the others are refused (rule precision_target)
     fp32_precisions: tuple[str, ...]
     fp32_precision_note: str
+    # the activation's exp and division may be the hardware's approximations (spec activation_math fast): TileLang
+    # lowers tl.fast_rcp (rcp.approx.ftz.f32) here; its HIP code generator has no such call (0.1.15)
+    fast_activation: bool
 
 
 # TileLang 0.1.15's HIP gemm emits v_mfma_f32_16x16x4f32 / 32x32x2f32 for fp32 (true fp32, so `ieee`); its MFMA
@@ -33,6 +36,7 @@ _AMD = GemmTarget(
     fp32_precisions=("ieee",),
     fp32_precision_note=("TileLang 0.1.15's HIP gemm has no xf32 MFMA path (it emits only the true-fp32 "
                          "v_mfma_f32_*f32), so only ieee is possible"),
+    fast_activation=False,
 )
 
 GEMM_TARGET: dict[Target, GemmTarget] = {
@@ -43,5 +47,6 @@ GEMM_TARGET: dict[Target, GemmTarget] = {
         tma_copies=True,  # T.copy global -> shared / shared -> global: tl::tma_load / tl::tma_store
         fp32_precisions=("ieee", "tf32", "3xtf32"),  # ieee: CUDA-core FMA; tf32/3xtf32: rounded inputs, mma_sync
         fp32_precision_note="",
+        fast_activation=True,
     ),
 }
