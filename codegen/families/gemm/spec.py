@@ -153,7 +153,7 @@ class ActivationMath(StrEnum):
     """How the activation's exponential and division are evaluated (`activation_math`; silu and gelu_tanh, also as
     a gate's). accurate: expf (within 2 ulp) and an IEEE division -- a few dozen instructions an element, run after
     the K loop, where nothing hides them. fast (sm_90): exp2 of the argument scaled by log2(e) and the reciprocal's
-    approximation (rcp.approx, within 1 ulp), multiplied -- about a third of the instructions. Both stay far inside
+    approximation (rcp.approx, within 1 ulp), multiplied -- less than half the instructions. Both stay far inside
     the fp32 evaluation error the verification models (docs/verification.md); neither changes what is computed."""
 
     ACCURATE = "accurate"
