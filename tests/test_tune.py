@@ -455,8 +455,9 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
 
     def verify_all(files, gpu, **kw):
         return gpurun.VerifyReport(gpu={}, cases=[
-            {"uri": f.uri, "shape": list(s), "status": "failed" if f.uri == bad else "verified",
-             "error": "max error 3e-1" if f.uri == bad else ""} for f in files for s in f.instance.shapes])
+            {"uri": f.uri, "shape": list(s), "status": "failed" if f.uri == bad else "verified", "seed": seed,
+             "seconds": 0.25, "error": "max error 3e-1" if f.uri == bad else ""}
+            for f in files for s in [*f.instance.shapes, (129, 127, 33)] for seed in ((0,) if s[0] != 129 else (0, 1))])
 
     def bench_all(files, gpu, **kw):
         rounds.append(sorted(f.uri for f in files))
@@ -478,6 +479,9 @@ def test_measured_selection_never_selects_a_failed_candidate(monkeypatch, tmp_pa
     assert "environment" not in result.document()  # a static report measured nothing
     # where the time went: verifying, then each bench round
     assert 0 <= doc["verify_s"] <= doc["wall_s"] and all(r["seconds"] >= 0 for r in doc["rounds"])
+    # verification's part: 4 kernels at 2 spec shapes and one edge shape, the edge one with two seeds
+    assert {k: v for k, v in doc["verify"].items() if k not in ("seconds", "compile_s")} == {
+        "compiles": 0, "cases": 12, "edge_cases": 4, "launches": 16, "case_s": 4.0}
     # three verified candidates: halving keeps the better half (fastest) and the hand configuration, no fewer
     assert rounds == [sorted([fastest, second, part.hand.uri])]
     assert [e.shape for e in entries] == [(256, 256, 256), (512, 256, 256)]

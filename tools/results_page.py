@@ -214,6 +214,11 @@ def section_tune(data) -> list[str]:
         v = m.get("versions", {})
         split = (f" ({m['verify_s']} s compiling and verifying, then {len(m.get('rounds', []))} bench rounds)"
                  if "verify_s" in m else "")
+        parts = m.get("verify")
+        if isinstance(parts, dict):  # verification's own part: its compile stage beside its cases
+            split += (f" -- verification: {parts['compiles']} compiles in {parts['compile_s']} s beside "
+                      f"{parts['cases']} cases ({parts['edge_cases']} at edge shapes; {parts['launches']} launches, "
+                      f"{parts['case_s']} s in the workers)")
         out += [f"Measured on {m.get('device')} ({m.get('gpus', 1)} GPU), {m.get('wall_s')} s{split}, budget "
                 f"{m.get('budget_s')} s, {len(m.get('verified', []))} candidates verified first; "
                 + ", ".join(f"{k} {v[k]}" for k in sorted(v)) + ".", ""]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Self
@@ -15,7 +16,7 @@ from codegen.core.workers import end_processes
 from codegen.families import derived_shapes
 from codegen.generate.render import RenderedFile
 from codegen.run.bench import BenchRow, bench_case, flush_bytes, measure_copy_gbps
-from codegen.run.gpu import ContainedRunner, GpuInfo, precompile, release_cached_memory, unsupported_on
+from codegen.run.gpu import ContainedRunner, GpuInfo, compile_tasks, precompile, release_cached_memory, unsupported_on
 from codegen.run.verify import CaseResult, verify_case
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -52,6 +53,8 @@ class _CompileFeed:
     def __init__(self, work, run_target, *, workers: int, done: set[tuple[str, tuple]] | frozenset = frozenset()):
         self.total = len(work)
         self.compiled = 0  # read by the main thread for the progress bar
+        self.tasks = 0  # the compiles this feed ran (items of one compile shape share one)
+        self.seconds = 0.0  # how long its compile stage took, start to last compile
         self.errors: dict[tuple[str, tuple], str] = {}
         self.ok: set[tuple[str, tuple]] = set()  # the items compiled here without an error
         self._ready: queue.Queue = queue.Queue()
@@ -70,6 +73,8 @@ class _CompileFeed:
 
     def _compile(self, work, todo: list[int], run_target, workers: int) -> None:
         delivered: set[int] = set()
+        t0 = time.monotonic()
+        self.tasks = len(compile_tasks([work[i] for i in todo])) if todo else 0
 
         def one(j: int, error: str) -> None:
             if self._stop.is_set():
@@ -96,6 +101,7 @@ class _CompileFeed:
                     self.compiled += 1
                     self._ready.put(i)
         finally:
+            self.seconds = time.monotonic() - t0
             self._ready.put(None)
 
     def next(self) -> int | None:
@@ -163,6 +169,8 @@ def _contained_runs(work, gpu: GpuInfo, *, label: str, fn, jobs: int | None, tim
         feed.stop()
         if session is not None:
             session.compiled |= feed.ok
+            session.compile_s += feed.seconds
+            session.compiles += feed.tasks
 
 
 def _one_case(runner: ContainedRunner, f, shape, gpu: GpuInfo, compile_errors: dict, fn, extra: tuple):
@@ -318,6 +326,8 @@ class GpuSession:
 
     def __init__(self):
         self.compiled: set[tuple[str, tuple]] = set()  # (uri, shape) compiled by this session's calls
+        self.compile_s = 0.0  # the compile stages' seconds over this session's calls (they run beside the cases)
+        self.compiles = 0  # ... and their compiles
         self.copy_gbps: dict[int, float] = {}  # id(runner) -> its measurement
         self._runners: dict[tuple, ContainedRunner] = {}
 

@@ -40,6 +40,18 @@ STRATEGY = "successive_halving(eta=2) over bench rounds; deterministic (no sampl
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*$")
 
 
+def _verify_parts(cases: list[dict], files: dict, seconds: float, compile_s: float, compiles: int) -> dict:
+    """Where verification's time went: its wall seconds; its compile stage's (which runs beside the cases, so the
+    two overlap) and compiles; the (kernel, shape) cases, those at a derived edge shape, their launches (one per
+    seed and input kind) and the seconds the workers spent in them (inputs, launch and check; summed over
+    workers sharing a GPU, so it may pass the wall time)."""
+    pairs = {(c["uri"], tuple(c["shape"])) for c in cases if c["status"] != "skipped"}
+    edge = {(u, s) for u, s in pairs if u in files and s not in {tuple(x) for x in files[u].instance.shapes}}
+    return {"seconds": round(seconds, 1), "compile_s": round(compile_s, 1), "compiles": compiles,
+            "cases": len(pairs), "edge_cases": len(edge), "launches": sum(1 for c in cases if c.get("seed", 0) >= 0),
+            "case_s": round(sum(float(c.get("seconds") or 0.0) for c in cases), 1)}
+
+
 def parse_budget(text: str) -> float:
     """`20m`, `90s`, `1.5h`, `300` (seconds) -> seconds."""
     m = _BUDGET.match(text)
@@ -76,9 +88,12 @@ def _measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, time
         raise TilegenError(f"{result.spec_name}: no candidate survived the static stages on {result.target.value}")
     files = {p.uri: result.part.files[p.uri] for p in survivors}
     t0 = time.monotonic()
+    compiled_before = (session.compile_s, session.compiles)
     vrep = verify_all(list(files.values()), gpu, jobs=jobs, timeout_s=timeout_s, ray=ray, on_event=on_event,
                       session=session)
     verify_s = time.monotonic() - t0  # compiling the survivors and running every case (where a tune's time goes)
+    verify_parts = _verify_parts(vrep.cases, files, verify_s, session.compile_s - compiled_before[0],
+                                 session.compiles - compiled_before[1])
     statuses: dict[str, Counter] = {u: Counter() for u in files}
     first_error: dict[str, str] = {}
     for c in vrep.cases:
@@ -162,7 +177,7 @@ def _measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, time
                                  space_sha256=space, measured_at=measured_at))
     doc = {"device": gpu.name, "command": command_line(), "git_commit": git_commit(),
            "gpus": f"Ray cluster {ray}" if ray else len(gpu.devices), "wall_s": round(time.monotonic() - t0, 1),
-           "verify_s": round(verify_s, 1),
+           "verify_s": round(verify_s, 1), "verify": verify_parts,
            "versions": versions, "strategy": STRATEGY, "budget_s": budget_s,
            "verified": sorted(good), "not_selectable": not_selectable,
            "bench_errors": dict(sorted(bench_errors.items())), "rounds": rounds, "shapes": per_shape,
