@@ -46,4 +46,10 @@ def test_the_llama_example_runs_its_checks_and_catches_its_broken_ops(tmp_path):
             c = checks[(phase, f"control: {control}")]
             assert c["caught"] and not c["passed"], (phase, control)
     assert {(t["phase"], t["mode"]) for t in report["timings"]} == {("prefill", "eager"), ("decode", "eager")}
+    # the fused layer's other ops, each timed beside the torch code it replaces
+    assert "other_ops_error" not in report
+    assert {(r["phase"], r["op"]) for r in report["other_ops"]} == {
+        ("prefill", "attention"), ("prefill", "rmsnorm"), ("prefill", "add_rmsnorm"), ("prefill", "rope"),
+        ("decode", "attention_decode"), ("decode", "rmsnorm"), ("decode", "add_rmsnorm"), ("decode", "rope")}
+    assert all(r["tilegen_ms"] > 0 and r["torch_ms"] > 0 for r in report["other_ops"])
     assert (tmp_path / "out" / "llama_layer_cpu_smoke_run.md").is_file()

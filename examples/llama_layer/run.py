@@ -14,7 +14,8 @@ one gated-MLP kernel (ops.gated_mlp, SwiGLU) and down_proj with the closing resi
    three layers in eager mode, under torch.compile, and replayed as CUDA graphs (eager, and compiled as
    torch.compile(mode="reduce-overhead") runs it), and counts torch.compile's graph
    breaks of the tilegen layers, and times each GEMM of the layers through dispatch against cuBLAS (the fused
-   ones against the unfused torch sequence they replace);
+   ones against the unfused torch sequence they replace) and the fused layer's attention, norms and RoPE against
+   the torch code they replace in transformers' layer;
 5. measures the first calls of a fresh process (kernels loaded from the cache, not compiled);
 6. prints the tables and writes reports/llama_layer_<device>.json and .md beside this file.
 
@@ -612,6 +613,27 @@ def main(argv=None) -> int:
     table += ["", ("The fused layer's fused GEMMs against the unfused torch sequence (cuBLAS GEMMs and eager "
                    "element-wise ops; back-to-back calls, median):"), "", *fused_table]
 
+    # 4d. the layer's other ops (attention, the norms, RoPE) through dispatch, against the torch code they replace
+    try:
+        others = other_ops(ops, model, workloads, report["routes_fused"], g)
+    except Exception as exc:  # noqa: BLE001 - a failed breakdown is reported; the layer's own figures stand
+        others = []
+        report["other_ops_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300]}"
+    report["other_ops"] = others
+    other_table = [("| phase | op | shape | route | kernel | tilegen ms | torch ms | vs torch | tilegen graph ms "
+                    "| torch graph ms | vs torch, graphs |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+    other_table += [f"| {r['phase']} | {r['op']} | {'x'.join(map(str, r['shape']))} | {r['route']} | {r['kernel']} | "
+                    f"{r['tilegen_ms']:.4f} | {r['torch_ms']:.4f} | {r['vs_torch']:.3f}x | "
+                    + (f"{r['tilegen_graph_ms']:.4f} | {r['torch_graph_ms']:.4f} | {r['vs_torch_graph']:.3f}x |"
+                       if "tilegen_graph_ms" in r else "- | - | - |") for r in others]
+    print("\nthe fused layer's other ops through dispatch against the torch code they replace:\n"
+          + "\n".join(other_table) + (f"\n({report['other_ops_error']})" if "other_ops_error" in report else ""))
+    table += ["", ("The fused layer's other ops through dispatch against the torch code they replace (SDPA as "
+                   "transformers calls it, its RMSNorm and RoPE as it writes them; median of back-to-back calls, "
+                   "and of one call replayed as a CUDA graph):"), "", *other_table]
+    if "other_ops_error" in report:
+        table += ["", f"Not measured: {report['other_ops_error']}"]
+
     # 5. a fresh process: the first calls load the kernels from the cache
     if not args.smoke:
         report["first_calls"] = fresh_process(ops, phases, args.seed)
@@ -620,6 +642,92 @@ def main(argv=None) -> int:
     _write(report, table, Path(args.reports))
     print(f"\n{'PASS' if ok else 'FAIL'}: the checks {'agree' if ok else 'do not all agree'} with the tolerance model")
     return 0 if ok else 1
+
+
+OTHER_OPS = ("attention", "attention_decode", "rmsnorm", "add_rmsnorm", "rope")
+
+
+def _torch_rmsnorm(x, weight, eps: float):
+    """LlamaRMSNorm's forward, as transformers writes it."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def other_ops(ops, model: Model, workloads, routes: dict, g) -> list[dict]:
+    """Each attention, norm and RoPE route of the fused layer, timed through dispatch beside the torch code it
+    replaces in transformers' layer: SDPA (GQA, causal in prefill), LlamaRMSNorm's forward (after the residual add
+    for add_rmsnorm), apply_rotary_pos_emb's arithmetic; back-to-back calls and, on a GPU, one call replayed as a
+    CUDA graph."""
+    F = torch.nn.functional
+    bf16, d, eps, scale = torch.bfloat16, model.head_dim, model.eps, model.head_dim ** -0.5
+    rows = []
+    for w in workloads:
+        for r in routes[w.phase]:
+            if r["op"] not in OTHER_OPS:
+                continue
+            shape = tuple(r["shape"])
+
+            def rand(*dims):
+                return torch.randn(*dims, generator=g, device=DEVICE).to(bf16)
+
+            if r["op"] in ("attention", "attention_decode"):
+                b, h, kvh, sq, skv = shape
+                q, k, v = rand(b, sq, h, d), rand(b, skv, kvh, d), rand(b, skv, kvh, d)
+                qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # transformers' [batch, heads, seq, d]
+                causal = r["op"] == "attention" and sq > 1
+                call = ops.attention if r["op"] == "attention" else ops.attention_decode
+
+                def ours(q=q, k=k, v=v, call=call, causal=causal):
+                    return call(q, k, v, causal=causal, scale=scale)
+
+                def theirs(qt=qt, kt=kt, vt=vt, causal=causal):
+                    return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, scale=scale, enable_gqa=True)
+            elif r["op"] in ("rmsnorm", "add_rmsnorm"):
+                rows_, cols = shape
+                x, res, weight = rand(rows_, cols), rand(rows_, cols), (1 + 0.1 * rand(cols).float()).to(bf16)
+                if r["op"] == "rmsnorm":
+                    def ours(x=x, weight=weight):
+                        return ops.rmsnorm(x, weight, eps)
+
+                    def theirs(x=x, weight=weight):
+                        return _torch_rmsnorm(x, weight, eps)
+                else:
+                    def ours(x=x, res=res, weight=weight):
+                        return ops.add_rmsnorm(x, res, weight, eps)
+
+                    def theirs(x=x, res=res, weight=weight):
+                        s = x + res
+                        return _torch_rmsnorm(s, weight, eps), s
+            else:  # rope, on transformers' full tables ([tokens, head_dim], each angle twice)
+                t, h, kvh = shape
+                q, k = rand(t, h, d), rand(t, kvh, d)
+                angles = torch.rand(t, d // 2, generator=g, device=DEVICE) * 6.28
+                cos, sin = (torch.cat((f(angles), f(angles)), dim=-1).to(bf16) for f in (torch.cos, torch.sin))
+                tables = "full" if "tables=full" in r["want"] else "half"
+                cos_k, sin_k = (cos, sin) if tables == "full" else (cos[:, : d // 2].float(), sin[:, : d // 2].float())
+
+                def ours(q=q, k=k, cos_k=cos_k, sin_k=sin_k, tables=tables):
+                    return ops.rope(q, k, cos_k, sin_k, tables=tables)
+
+                def theirs(q=q, k=k, cos=cos[:, None], sin=sin[:, None]):
+                    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            with torch.no_grad():
+                ours_t, theirs_t = time_ms(ours, 50), time_ms(theirs, 50)
+                row = {"phase": w.phase, "op": r["op"], "shape": list(shape), "route": r["route"], "kernel": r["kernel"],
+                       "tilegen_ms": ours_t.median_ms, "torch_ms": theirs_t.median_ms,
+                       "vs_torch": theirs_t.median_ms / ours_t.median_ms}
+                if DEVICE != "cpu":
+                    ours_g, theirs_g = time_ms(cuda_graph(ours), 50), time_ms(cuda_graph(theirs), 50)
+                    row |= {"tilegen_graph_ms": ours_g.median_ms, "torch_graph_ms": theirs_g.median_ms,
+                            "vs_torch_graph": theirs_g.median_ms / ours_g.median_ms}
+            rows.append(row)
+    return rows
 
 
 def layer_kwargs(module, inp: Inputs, cache) -> dict:
