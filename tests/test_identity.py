@@ -8,6 +8,7 @@ the lockfile entries whose measured code changed; and the build cache keys on th
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -130,10 +131,15 @@ def test_tune_check_names_the_entries_whose_code_changed(monkeypatch, tmp_path):
     assert sorted(got) == sorted(want)
 
 
+@functools.cache
+def _committed_specs() -> dict[str, object]:
+    """The repository's specs by name, loaded once (every lockfile entry asks for one)."""
+    return {ls.spec.name: ls for ls in load_spec_files(Project(root=REPO_ROOT).spec_paths(None), REPO_ROOT)}
+
+
 def _template(spec: str, cand) -> str:
     """The template the candidate's configuration renders."""
-    (ls,) = [ls for ls in load_spec_files(Project(root=REPO_ROOT).spec_paths(None), REPO_ROOT) if ls.spec.name == spec]
-    inst, why = winner_instance(ls, Target.SM_90, cand.tunables)
+    inst, why = winner_instance(_committed_specs()[spec], Target.SM_90, cand.tunables)
     assert inst is not None, why
     return inst.template
 

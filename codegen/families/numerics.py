@@ -21,7 +21,8 @@ INPUT_KINDS = ("normal", "wide")
 
 # host memory one process may keep of normal_draws (the least of this and a sixteenth of the machine's memory)
 DRAWS_MAX_BYTES = 4 << 30
-_DRAWS: OrderedDict[tuple, tuple[tuple, object]] = OrderedDict()
+_DRAWS: OrderedDict[tuple, tuple[tuple, object, int]] = OrderedDict()  # key -> (tensors, generator state, bytes)
+_DRAWS_BYTES = [0]  # what _DRAWS holds
 
 
 def _draws_budget() -> int:
@@ -49,16 +50,17 @@ def normal_draws(seed: int, *shapes: tuple[int, ...]):
     key = (seed, tuple(tuple(int(d) for d in s) for s in shapes))
     if key in _DRAWS:
         _DRAWS.move_to_end(key)
-        tensors, state = _DRAWS[key]
+        tensors, state, _ = _DRAWS[key]
     else:
         g = torch.Generator(device="cpu").manual_seed(seed)
         tensors = tuple(torch.randn(*s, generator=g) for s in key[1])
         state = g.get_state()
         nbytes, budget = sum(t.numel() * t.element_size() for t in tensors), _draws_budget()
         if nbytes <= budget:
-            _DRAWS[key] = (tensors, state)
-            while sum(t.numel() * t.element_size() for ts, _ in _DRAWS.values() for t in ts) > budget:
-                _DRAWS.popitem(last=False)
+            _DRAWS[key] = (tensors, state, nbytes)
+            _DRAWS_BYTES[0] += nbytes
+            while _DRAWS_BYTES[0] > budget:
+                _DRAWS_BYTES[0] -= _DRAWS.popitem(last=False)[1][2]
     g = torch.Generator(device="cpu")
     g.set_state(state)
     return tensors, g
