@@ -647,23 +647,13 @@ def main(argv=None) -> int:
 OTHER_OPS = ("attention", "attention_decode", "rmsnorm", "add_rmsnorm", "rope")
 
 
-def _torch_rmsnorm(x, weight, eps: float):
-    """LlamaRMSNorm's forward, as transformers writes it."""
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
-
-
-def _rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def other_ops(ops, model: Model, workloads, routes: dict, g) -> list[dict]:
     """Each attention, norm and RoPE route of the fused layer, timed through dispatch beside the torch code it
-    replaces in transformers' layer: SDPA (GQA, causal in prefill), LlamaRMSNorm's forward (after the residual add
-    for add_rmsnorm), apply_rotary_pos_emb's arithmetic; back-to-back calls and, on a GPU, one call replayed as a
+    replaces in transformers' layer: SDPA (GQA, causal in prefill), its LlamaRMSNorm (after the residual add for
+    add_rmsnorm) and apply_rotary_pos_emb; back-to-back calls and, on a GPU, one call replayed as a
     CUDA graph."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
+
     F = torch.nn.functional
     bf16, d, eps, scale = torch.bfloat16, model.head_dim, model.eps, model.head_dim ** -0.5
     rows = []
@@ -691,19 +681,21 @@ def other_ops(ops, model: Model, workloads, routes: dict, g) -> list[dict]:
             elif r["op"] in ("rmsnorm", "add_rmsnorm"):
                 rows_, cols = shape
                 x, res, weight = rand(rows_, cols), rand(rows_, cols), (1 + 0.1 * rand(cols).float()).to(bf16)
+                norm = LlamaRMSNorm(cols, eps=eps).to(device=DEVICE, dtype=bf16)
+                norm.weight.data.copy_(weight)
                 if r["op"] == "rmsnorm":
                     def ours(x=x, weight=weight):
                         return ops.rmsnorm(x, weight, eps)
 
-                    def theirs(x=x, weight=weight):
-                        return _torch_rmsnorm(x, weight, eps)
+                    def theirs(x=x, norm=norm):
+                        return norm(x)
                 else:
                     def ours(x=x, res=res, weight=weight):
                         return ops.add_rmsnorm(x, res, weight, eps)
 
-                    def theirs(x=x, res=res, weight=weight):
+                    def theirs(x=x, res=res, norm=norm):
                         s = x + res
-                        return _torch_rmsnorm(s, weight, eps), s
+                        return norm(s), s
             else:  # rope, on transformers' full tables ([tokens, head_dim], each angle twice)
                 t, h, kvh = shape
                 q, k = rand(t, h, d), rand(t, kvh, d)
@@ -715,8 +707,8 @@ def other_ops(ops, model: Model, workloads, routes: dict, g) -> list[dict]:
                 def ours(q=q, k=k, cos_k=cos_k, sin_k=sin_k, tables=tables):
                     return ops.rope(q, k, cos_k, sin_k, tables=tables)
 
-                def theirs(q=q, k=k, cos=cos[:, None], sin=sin[:, None]):
-                    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+                def theirs(q=q, k=k, cos=cos, sin=sin):  # [tokens, heads, d]: cos, sin unsqueezed at dim 1
+                    return apply_rotary_pos_emb(q, k, cos, sin)
             with torch.no_grad():
                 ours_t, theirs_t = time_ms(ours, 50), time_ms(theirs, 50)
                 row = {"phase": w.phase, "op": r["op"], "shape": list(shape), "route": r["route"], "kernel": r["kernel"],
