@@ -520,3 +520,16 @@ def test_the_fused_seeds_render_their_fused_literals():
     assert ("X: T.Tensor((M, N), IN_DTYPE), R: T.Tensor((M, N), IN_DTYPE), W: T.Tensor((N,), IN_DTYPE), "
             "S: T.Tensor((M, N), IN_DTYPE), Y: T.Tensor((M, N), OUT_DTYPE), SC: T.Tensor((M, 1), ACCUM_DTYPE)") in both.text
     assert render(both.instance).text == both.text
+
+
+@pytest.mark.parametrize("name", ["layernorm_fp16_add", "rmsnorm_bf16_add"])
+def test_the_rounding_controls_are_judged_only_where_they_differ_at_enough_elements(name):
+    """A residual kernel at a derived edge shape of one element (wide inputs, draw 1: an H100 verify run found
+    layernorm_fp16_add's sum_truncated within the tolerance there -- one element that truncation moved by less than
+    u*|S|) verifies, the rounding controls left out; at a row of 4096 both are judged and rejected."""
+    inst = FILES[(name, "sm_90")].instance
+    status, _, controls = check_output(inst, (1, 1), lambda case, refs: refs, kind="wide", seed=1)
+    assert status == "verified" and "sum_truncated" not in controls and "sum_unrounded" not in controls, controls
+    status, _, controls = check_output(inst, (2, 4096), lambda case, refs: refs, kind="wide", seed=1)
+    assert status == "verified", controls
+    assert controls["sum_truncated"] == controls["sum_unrounded"] == "rejected", controls

@@ -41,6 +41,13 @@ TOLERANCE_MODELS = {
 SUM_MODEL = "|ref| (the fp32 sum X + R, one rounding)"
 SCALE_MODEL = "|ref|*(4*sqrt({n}) + 10)"
 MIN_SCALE = MIN_NORMAL_FP32  # per_token: the least scale a row gets (the template's MIN_SCALE)
+# residual: the rounding controls (sum_truncated, sum_unrounded) err by about one rounding of the sum, which the
+# tolerance -- itself one rounding, u*|ref| -- tells apart only at some of the elements where they differ from the
+# reference (truncation errs by more than u*|ref| where the sum was rounded up and its significand is small). Where
+# they differ at fewer elements than this (a derived edge shape of 1 x 1 or a row of 3; wide inputs, whose sums of
+# opposite signs are mostly exact), they are left out of that block of rows, not judged: an undetected one there
+# says nothing of the tolerance. (Over 1 x 1 to 3 x 1000 rows and 200 draws each, no run at or above it was vacuous)
+ROUNDING_CONTROLS_MIN_DIFFERING = 32
 
 
 def rmsnorm_flops(rows: int, cols: int) -> float:
@@ -360,7 +367,8 @@ def fused_controls(inst, case: NormCase, refs, r0: int = 0, rows: int | None = N
     right): the plain op's controls on the normalised rows (per_token: quantised, so Q and SC are both what such a
     kernel writes); residual -- no_residual (S = X, Y = norm(X)), sum_unwritten (S left NaN), sum_truncated (S's low
     bits dropped instead of rounded), sum_unrounded (Y normalised from the fp32 sum, not the stored one; stored in
-    Y's dtype; not per_token, whose fp8 rounding hides it); per_token -- scale_of_input (the scale of the rows
+    Y's dtype; not per_token, whose fp8 rounding hides it) -- these two only where
+    they differ from the reference at ROUNDING_CONTROLS_MIN_DIFFERING elements or more; per_token -- scale_of_input (the scale of the rows
     before the norm), scale_reciprocal (SC written as 1 / scale), scale_unwritten (SC left NaN), unscaled (Y cast to
     fp8 unscaled, SC = 1) and other_fp8_max (the other fp8 flavour's maximum: 448 for 240 and back)."""
     import torch
@@ -383,11 +391,18 @@ def fused_controls(inst, case: NormCase, refs, r0: int = 0, rows: int | None = N
         plain = normed(normalised_reference(inst, replace(case, R=None))[0])  # Y (and SC) of norm(X)
         controls["no_residual"] = tuple(case.X32 if n == "S" else v for n, v in zip(names, plain, strict=True))
         controls["sum_unwritten"] = outs(S=torch.full_like(base["S"], float("nan")))
-        controls["sum_truncated"] = outs(S=truncated(case.sum32, case.X.dtype))
+        # the rounding controls, each beside the correctly rounded output it replaces: judged only where the two
+        # differ at enough elements (ROUNDING_CONTROLS_MIN_DIFFERING)
+        s_trunc = truncated(case.sum32, case.X.dtype)
+        rounding = {"sum_truncated": (s_trunc, case.normed32, outs(S=s_trunc))}
         if not inst.per_token:
+            y_dtype = torch_dtype(inst.spec_dtypes[1], inst.target)
             exact = replace(case, X=case.sum32, R=None)  # normalise the fp32 sum itself
-            controls["sum_unrounded"] = outs(Y=normalised_reference(inst, exact)[0].to(
-                torch_dtype(inst.spec_dtypes[1], inst.target)).float())
+            y_unrounded = normalised_reference(inst, exact)[0].to(y_dtype).float()
+            rounding["sum_unrounded"] = (y_unrounded, base["Y"].to(y_dtype).float(), outs(Y=y_unrounded))
+        for name, (wrong, right, wrong_outs) in rounding.items():
+            if int((wrong != right).sum()) >= ROUNDING_CONTROLS_MIN_DIFFERING:
+                controls[name] = wrong_outs
     if inst.per_token:
         m, y, scale = inst.fp8_max, y_ref, base["SC"]
         before = torch.clamp(case.normed32.abs().amax(-1, keepdim=True) / m, min=MIN_SCALE)
