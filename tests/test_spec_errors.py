@@ -169,7 +169,7 @@ def test_scalar_where_a_mapping_belongs():
         ("{m: 256,", "{m: -1,", "specs/x.yaml:6:11: shapes[0].m=-1: Input should be greater than 0 [greater_than]"),
         ("k: 256}", "k: 0}", "specs/x.yaml:6:27: shapes[0].k=0: Input should be greater than 0 [greater_than]"),
         ("stages: 2", "stages: -1", "specs/x.yaml:13:13: pipeline.stages=-1: Input should be greater than or equal to 0 [greater_than_equal]"),
-        ("stages: 2", "stages: 5", "specs/x.yaml:13:13: pipeline.stages=5: Input should be less than or equal to 4 [less_than_equal]"),
+        ("stages: 2", "stages: 9", "specs/x.yaml:13:13: pipeline.stages=9: Input should be less than or equal to 8 [less_than_equal]"),
     ],
     ids=["block_m-0", "block_k-negative", "m-negative", "k-0", "stages-negative", "stages-5"],
 )

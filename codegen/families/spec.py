@@ -129,8 +129,9 @@ class TailPolicy(StrEnum):
 class Pipeline(Model):
     # K-loop stages: 0 or 1 = one LDS buffer, no overlap; N >= 2 = N LDS buffers, loads of tile k+N-1
     # overlap the MMA of tile k. On gfx942 tilegen emits explicit order/stage lists (TileLang 0.1.15
-    # ignores num_stages there); on sm_90 TileLang schedules num_stages itself.
-    stages: Annotated[StrictInt, Field(ge=0, le=4)] = 2
+    # ignores num_stages there); on sm_90 TileLang schedules num_stages itself. Up to 8: small tiles stream K
+    # through deep pipelines (cuBLAS runs 64 x 64 tiles 13 deep at narrow N); LDS bounds it first [lds_budget].
+    stages: Annotated[StrictInt, Field(ge=0, le=8)] = 2
 
 
 class RowDTypes(Model):
