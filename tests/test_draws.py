@@ -14,16 +14,11 @@ from codegen.families.numerics import INPUT_KINDS, normal_draws
 FILES = {(f.instance.name, f.instance.target.value): f for f in hand_files()}
 
 
-def _forget():
-    numerics._DRAWS.clear()
-    numerics._DRAWS_BYTES[0] = 0
-
-
 @pytest.fixture(autouse=True)
 def _no_draws_kept():
-    _forget()
+    numerics._DRAWS.clear()
     yield
-    _forget()
+    numerics._DRAWS.clear()
 
 
 def test_the_draws_are_one_generators_and_it_goes_on_from_them():
@@ -45,7 +40,7 @@ def test_the_same_draws_are_handed_out_again_and_the_least_recent_go_first(monke
         normal_draws(seed, (4, 4))
     assert [k[0] for k in numerics._DRAWS] == [2, 3, 0]  # 1 went first; 0 was used last
     normal_draws(9, (100,))  # larger than the whole budget: drawn, not kept
-    assert [k[0] for k in numerics._DRAWS] == [2, 3, 0] and numerics._DRAWS_BYTES[0] == 3 * 64
+    assert [k[0] for k in numerics._DRAWS] == [2, 3, 0] and sum(n for _, _, n in numerics._DRAWS.values()) == 3 * 64
 
 
 CASES = {  # (spec, target): a small shape of it

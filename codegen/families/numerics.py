@@ -22,7 +22,6 @@ INPUT_KINDS = ("normal", "wide")
 # host memory one process may keep of normal_draws (the least of this and a sixteenth of the machine's memory)
 DRAWS_MAX_BYTES = 4 << 30
 _DRAWS: OrderedDict[tuple, tuple[tuple, object, int]] = OrderedDict()  # key -> (tensors, generator state, bytes)
-_DRAWS_BYTES = [0]  # what _DRAWS holds
 
 
 def _draws_budget() -> int:
@@ -58,9 +57,8 @@ def normal_draws(seed: int, *shapes: tuple[int, ...]):
         nbytes, budget = sum(t.numel() * t.element_size() for t in tensors), _draws_budget()
         if nbytes <= budget:
             _DRAWS[key] = (tensors, state, nbytes)
-            _DRAWS_BYTES[0] += nbytes
-            while _DRAWS_BYTES[0] > budget:
-                _DRAWS_BYTES[0] -= _DRAWS.popitem(last=False)[1][2]
+            while sum(n for _, _, n in _DRAWS.values()) > budget:  # a few entries: summed, not tracked
+                _DRAWS.popitem(last=False)
     g = torch.Generator(device="cpu")
     g.set_state(state)
     return tensors, g
