@@ -569,7 +569,8 @@ def test_a_top_level_amd_only_value_does_not_break_the_sm90_hand_configuration()
 
 def test_measured_rounds_time_torch_once_and_never_start_a_round_past_the_budget(monkeypatch):
     """Halving over 8 candidates: torch's baselines are asked for in the first round only, and a round whose
-    estimated time (the last round's, scaled by the candidates left) would overrun the budget is not started."""
+    estimated time (the last round's, scaled by the candidates left) would overrun the budget -- counted from the
+    start of verification -- is not started."""
     from codegen.run import gpurun
     from codegen.tune import measure as tune_measure
     from codegen.tune.measure import measure
@@ -586,8 +587,11 @@ def test_measured_rounds_time_torch_once_and_never_start_a_round_past_the_budget
     monkeypatch.setattr(tune_measure.time, "monotonic", lambda: clock[0])
     asked, sessions = [], []
 
+    verify_s = [0.0]
+
     def verify_all(files, gpu, **kw):
         sessions.append(kw["session"])
+        clock[0] += verify_s[0]
         return gpurun.VerifyReport(gpu={}, cases=[{"uri": f.uri, "shape": list(s), "status": "verified", "error": ""}
                                                   for f in files for s in f.instance.shapes])
 
@@ -615,4 +619,12 @@ def test_measured_rounds_time_torch_once_and_never_start_a_round_past_the_budget
     asked.clear()
     first_s = 10.0 * n
     measure(result, gpu, budget_s=first_s + 10.0 * (n // 2) - 1, jobs=1, timeout_s=10)
+    assert len(asked) == 1
+    # verification is part of the budget: one that holds the two rounds only without it runs one
+    asked.clear()
+    measure(result, gpu, budget_s=first_s + 10.0 * (n // 2) + 1, jobs=1, timeout_s=10)
+    assert len(asked) > 1
+    asked.clear()
+    verify_s[0] = 5.0
+    measure(result, gpu, budget_s=first_s + 10.0 * (n // 2) + 1, jobs=1, timeout_s=10)
     assert len(asked) == 1

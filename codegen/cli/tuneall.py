@@ -9,8 +9,8 @@ from another search space than the spec's today (`research`); within each, the s
 specs in file order): deterministic. The summary lists the specs in the spec set's order.
 
 The budget is one figure for the whole run. A spec is started only while budget is left, and gets what is left
-for its measured rounds (codegen.tune.measure: at least one round is always measured once a spec is started);
-the specs not started are listed as `not reached`. The summary is one row per (spec, target).
+for verifying its candidates and its measured rounds (codegen.tune.measure: at least one round is always measured
+once a spec is started); the specs not started are listed as `not reached`. The summary is one row per (spec, target).
 """
 
 from __future__ import annotations

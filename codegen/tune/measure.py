@@ -10,7 +10,9 @@ stages (codegen.tune.search).
    remaining candidate at every shape; candidates are scored by the geometric mean over shapes of (their median of
    all rounds so far / the best of that shape); the better half goes on, the hand configuration always; it stops
    at two candidates, when a round would not be smaller, or when the next round would overrun the budget (its
-   time estimated from the last round's; at least one round is run). No random sampling, no seed.
+   time estimated from the last round's; at least one round is run). The budget counts from the start of step 1:
+   verifying the candidates is part of it, so `tune --all`'s one budget holds its last spec too. No random
+   sampling, no seed.
 3. per shape, the finalists ordered by their median time: the winner and the runner-up, beside the hand
    configuration and the baselines, go to the lockfile (codegen.generate.lockfile) of this target and device.
 
@@ -112,7 +114,7 @@ def _measure(result: TuneResult, gpu, *, budget_s: float, jobs: int | None, time
     baselines: dict[tuple, dict[str, float]] = {}
     bench_errors: dict[str, str] = {}
     rounds: list[dict[str, object]] = []
-    start = time.monotonic()
+    start = t0  # the budget holds verification too: a round is started only if it should end within it
     # every round on the session's worker, which verify used too: it keeps the kernels it loaded, and the session
     # what verify compiled
     while True:
