@@ -98,7 +98,9 @@ def attention_derived_shapes(inst) -> list[tuple[int, int, int, int, int]]:
         rounds.append(persistent_rounds_shape(inst, rounds=2))
     if inst.tail == TailPolicy.NONE:
         return [(1, 2, 1, one, one), (1, 2, 1, 2 * one, 3 * one), *rounds]
-    return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, 2 * bn + 1), *rounds]
+    # one query short of a block over one key past two KV blocks -- or past as many as cover the queries where
+    # block_m > 2 x block_n: bottom_right leaves no query without a key only where seq_q <= seq_kv (causal_alignment)
+    return [(1, 2, 1, 1, 1), (1, 2, 1, bm + 1, bm + 1), (1, 2, 1, bm - 1, max(2, -(-bm // bn)) * bn + 1), *rounds]
 
 
 # dynamic_kv: the longest KV length verified is at most this many elements of K (batch x seq_kv x kv_heads x head_dim)
