@@ -103,6 +103,9 @@ class CheckChunk:
     mag: object
     controls: Mapping[str, object]
     output: int = 0  # which of the kernel's outputs (Numerics.output_list) `index` indexes
+    # controls that model one rounding step (a sum truncated instead of rounded): judged even where they are within
+    # one step of the correctly rounded output, which judge_chunks leaves the others out of (n/a)
+    rounding_controls: frozenset[str] = frozenset()
 
 
 _COMPILED: dict[tuple, object] = {}

@@ -650,13 +650,14 @@ def row_chunks(inst, case, max_elements: int, reference, controls, *, first_row_
 
 
 def row_output_chunks(inst, case, max_elements: int, outputs, references, controls, *,
-                      first_row_controls: tuple[str, ...] = ()):
+                      first_row_controls: tuple[str, ...] = (), rounding_controls: frozenset[str] = frozenset()):
     """row_chunks for a kernel of several outputs, each indexed by row first ([rows, cols] or [rows, 1]): blocks of
     whole rows, about max_elements elements over all the [rows, cols] outputs together (`outputs(inst, shape)`: the
     family's Output list); `references(inst, sub)` gives
     one (ref, mag) per output and `controls(inst, sub, refs, r0=r0, rows=rows)` {name: one wrong tensor per output}
     (the reference itself where the control leaves that output right). A block yields one CheckChunk per output; a
-    control in `first_row_controls` wrongs the first row only (later blocks: the references)."""
+    control in `first_row_controls` wrongs the first row only (later blocks: the references); `rounding_controls`
+    model one rounding step (CheckChunk.rounding_controls)."""
     rows, cols = case.X.shape
     full = max(1, sum(1 for o in outputs(inst, (rows, cols)) if o.shape[-1] == cols))
     step = max(inst.pack, max_elements // max(cols * full, 1) // inst.pack * inst.pack)
@@ -669,7 +670,7 @@ def row_output_chunks(inst, case, max_elements: int, outputs, references, contro
                 wrong[name] = tuple(ref for ref, _ in refs)
         for i, (ref, mag) in enumerate(refs):
             yield CheckChunk(index=(slice(r0, r0 + step),), ref=ref, mag=mag, output=i,
-                             controls={name: w[i] for name, w in wrong.items()})
+                             controls={name: w[i] for name, w in wrong.items()}, rounding_controls=rounding_controls)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -48,6 +48,9 @@ MIN_SCALE = MIN_NORMAL_FP32  # per_token: the least scale a row gets (the templa
 # opposite signs are mostly exact), they are left out of that block of rows, not judged: an undetected one there
 # says nothing of the tolerance. (Over 1 x 1 to 3 x 1000 rows and 200 draws each, no run at or above it was vacuous)
 ROUNDING_CONTROLS_MIN_DIFFERING = 32
+# the residual norms' controls of one rounding step: judged where they are within one step of the correctly rounded
+# output too (codegen.run.verify.judge_chunks leaves other controls out there)
+ROUNDING_CONTROLS = frozenset({"sum_truncated", "sum_unrounded"})
 
 
 def rmsnorm_flops(rows: int, cols: int) -> float:
@@ -448,7 +451,7 @@ def norm_chunks(inst, case: NormCase, max_elements: int):
     if not (inst.residual or inst.per_token):
         return row_chunks(inst, case, max_elements, norm_reference, norm_controls, first_row_controls=("dropped_chunk",))
     return row_output_chunks(inst, case, max_elements, norm_outputs, norm_references, fused_controls,
-                             first_row_controls=("dropped_chunk",))
+                             first_row_controls=("dropped_chunk",), rounding_controls=ROUNDING_CONTROLS)
 
 
 def norm_flops(inst, shape) -> float:
