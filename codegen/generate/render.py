@@ -56,6 +56,16 @@ class RenderedFile:
         """Whether some spec asks for this kernel as its hand configuration (not only a lockfile's winner)."""
         return any(not s.tuned_on for s in self.specs)
 
+    def for_device(self, device: str) -> RenderedFile | None:
+        """This kernel with only what `device` runs of it: the specs that ask for it as their hand configuration
+        and those whose lockfile of `device` chose it (their shapes); None where only other devices' lockfiles
+        chose it."""
+        refs = tuple(s for s in self.specs if not s.tuned_on or s.tuned_on == device)
+        if not refs:
+            return None
+        shapes = tuple(dict.fromkeys(x for r in refs for x in r.shapes))
+        return replace(self, instance=replace(self.instance, shapes=shapes), specs=refs)
+
     def for_spec(self, name: str) -> RenderedFile:
         """This kernel with only the shapes spec `name` asked for (its workload when selected by that name)."""
         refs = tuple(s for s in self.specs if s.name == name)  # its hand configuration, tuned shapes, or both

@@ -1,5 +1,10 @@
 """`tilegen run`, the main job: validate -> gen -> build -> verify -> bench -> report, on the bundled
-specs. It does every step this machine can do and says plainly what it skipped and why."""
+specs. It does every step this machine can do and says plainly what it skipped and why.
+
+On a GPU it verifies and benches what that GPU runs: every hand configuration and the kernels its own lockfile
+chose (tuned/<target>/<device>.json), each at the shapes those specs ask for. A kernel that only another device's
+lockfile chose is that device's main job's (the tuner verified it there before choosing it); the step says how
+many were left to it. `tilegen verify --all` / `bench --all` take every kernel."""
 
 from __future__ import annotations
 
@@ -96,7 +101,10 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: 
         reason = f"no GPU: {exc}"
         steps += [Step(name="verify", status="skipped", detail=reason), Step(name="bench", status="skipped", detail=reason)]
         return MainJobReport(steps=tuple(steps), reports=tuple(reports))
-    files = project.rendered()
+    every = project.rendered()
+    files = [g for g in (f.for_device(gpu.name) for f in every) if g is not None]
+    others = len(every) - len(files)
+    elsewhere = f"; {others} kernel(s) tuned for other devices only, left to their main job" if others else ""
     for name, fn in (("verify", run_verify), ("bench", run_bench)):
         try:
             report = fn(files, out_dir=report_dir, jobs=jobs, timeout_s=300.0, gpus=gpus, on_event=on_event)
@@ -105,5 +113,5 @@ def run_main_job(project: Project, *, jobs: int | None, report_dir: Path, gpus: 
             continue
         done(report)
         steps.append(Step(name=name, status="ok" if report.ok else "failed",
-                          detail=f"on {gpu.name}; reports in {report_dir}/", seconds=took()))
+                          detail=f"on {gpu.name}; reports in {report_dir}/{elsewhere}", seconds=took()))
     return MainJobReport(steps=tuple(steps), reports=tuple(reports))
