@@ -32,6 +32,7 @@ from codegen.core.events import Event
 from codegen.core.files import dump_json
 from codegen.core.hardware import Target
 from codegen.core.toolchain import ToolchainMissing
+from codegen.families.spec import TailPolicy
 from codegen.generate.pipeline import Project
 from codegen.targets import amdgcn, gfx942
 from codegen.targets.amdgcn import AmdKernel, parse_asm
@@ -154,6 +155,9 @@ def test_spills_fail_the_build_unless_allowed():
     assert error == ("gemm_fp16_nt_gfx942_a74b01fd_kernel: 231 VGPR + 0 SGPR spills (348 B scratch per lane); "
                      "set allow_spills: true in specs/gemm_llm.yaml to accept [spills]")
     assert check_rules(replace(inst, allow_spills=True), (_spilled_kernel(),)) is None
+    # a predicated GEMM is shown the specialized tail too
+    error = check_rules(replace(inst, tail=TailPolicy.PREDICATED), (_spilled_kernel(),))
+    assert "; tail: specialized runs the interior tiles unpredicated (fewer registers); or set allow_spills" in error
 
 
 def test_occupancy_below_the_floor_fails_the_build():
