@@ -154,10 +154,9 @@ def judge_chunks(out, chunks: Iterable[CheckChunk], tol, names: Sequence[str] = 
     one chunk rejects it (later chunks skip it), n/a if it equals the reference in every chunk or, stored in
     the output's dtype, is nowhere more than one step from the correctly rounded reference (beyond_one_step; a
     chunk's rounding_controls are exempt), and vacuous if it is further than that somewhere yet no chunk
-    rejects it. The positive control (the reference rounded
-    once to the output's dtype) must pass in every chunk; where it does not, the status is "error" and
-    `rounded_reference_rejected` counts the elements: the bound is unsound there, so the kernel's figures
-    say nothing.
+    rejects it. The positive control (the reference rounded once to the output's dtype) must pass in every
+    chunk; where it does not, the status is "error" and `rounded_reference_rejected` counts the elements: the
+    bound is unsound there, so the kernel's figures say nothing.
 
     A kernel of several outputs: `out` and `tol` are sequences (one tensor and one tolerance per output, in
     launch order) and each chunk names its output; a control is rejected when any output rejects it, the
