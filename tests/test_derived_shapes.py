@@ -63,10 +63,8 @@ def _rules_broken(entry: dict, shapes: list[tuple[int, ...]], target: str, field
     try:
         build_instances(parse_specs(yaml.safe_dump([one], sort_keys=False), "derived.yaml"))
     except (SpecError, SpecErrors) as exc:
-        lines = str(exc).splitlines()
-        rules = [line.rsplit("[", 1)[-1].rstrip("]") for line in lines if line.endswith("]")]
-        return [line for line, rule in zip(lines, rules, strict=False)
-                if not rule.endswith("_target") and rule not in ALLOWED]
+        ruled = [(line, line.rsplit("[", 1)[-1].rstrip("]")) for line in str(exc).splitlines() if line.endswith("]")]
+        return [line for line, rule in ruled if not rule.endswith("_target") and rule not in ALLOWED]
     return []
 
 
