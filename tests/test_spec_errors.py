@@ -171,7 +171,7 @@ def test_scalar_where_a_mapping_belongs():
         ("stages: 2", "stages: -1", "specs/x.yaml:13:13: pipeline.stages=-1: Input should be greater than or equal to 0 [greater_than_equal]"),
         ("stages: 2", "stages: 9", "specs/x.yaml:13:13: pipeline.stages=9: Input should be less than or equal to 8 [less_than_equal]"),
     ],
-    ids=["block_m-0", "block_k-negative", "m-negative", "k-0", "stages-negative", "stages-5"],
+    ids=["block_m-0", "block_k-negative", "m-negative", "k-0", "stages-negative", "stages-9"],
 )
 def test_sizes_out_of_range(old, new, message):
     assert errors(edit(BASE, old, new)) == [message]

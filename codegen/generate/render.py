@@ -61,14 +61,14 @@ class RenderedFile:
         and those whose lockfile of `device` chose it (their shapes); None where only other devices' lockfiles
         chose it."""
         refs = tuple(s for s in self.specs if not s.tuned_on or s.tuned_on == device)
-        if not refs:
-            return None
-        shapes = tuple(dict.fromkeys(x for r in refs for x in r.shapes))
-        return replace(self, instance=replace(self.instance, shapes=shapes), specs=refs)
+        return self._with(refs) if refs else None
 
     def for_spec(self, name: str) -> RenderedFile:
         """This kernel with only the shapes spec `name` asked for (its workload when selected by that name)."""
-        refs = tuple(s for s in self.specs if s.name == name)  # its hand configuration, tuned shapes, or both
+        return self._with(tuple(s for s in self.specs if s.name == name))  # its hand configuration, tuned shapes, or both
+
+    def _with(self, refs: tuple[SpecRef, ...]) -> RenderedFile:
+        """This kernel asked for by `refs` only, at their shapes."""
         shapes = tuple(dict.fromkeys(x for r in refs for x in r.shapes))
         return replace(self, instance=replace(self.instance, shapes=shapes), specs=refs)
 
