@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -99,6 +100,54 @@ def test_one_budget_for_the_run_in_spec_order_and_a_failure_does_not_stop_it(tmp
     rows = tune_all(project, None, budget_s=1000.0, tune_one=tune_one, device="NVIDIA H200", device_versions=VERSIONS,
                     run_target=Target.SM_90, loaded=specs, clock=clock)
     assert rows[0].status == FRESH and [c[0] for c in calls] == ["b", "c", "d"]
+
+
+def test_a_spec_this_run_shows_cannot_fit_is_not_started_and_a_smaller_one_after_it_is():
+    """A started spec builds, verifies every candidate and times one round whatever the budget: the run learns from
+    each tuned spec what that fixed part costs per (kernel, shape), and starts a later spec only if it fits."""
+    from codegen.cli.tune import _loaded
+    from codegen.generate.lockfile import fam_shapes
+    from codegen.generate.pipeline import Project
+
+    softmax = next(ls for ls in _loaded(Project()) if ls.spec.name == "softmax_fp16_online")  # its 2 shapes
+    assert softmax.spec.op == "softmax" and len(fam_shapes(softmax)) == 2
+    specs = [*(loaded(_named(SM90, n)) for n in ("a", "b", "c", "d")), softmax]
+    kernels = {"a": 5, "b": 20, "c": 2, "d": 4, "softmax_fp16_online": 3}
+    clock, calls = _Clock(), []
+
+    def tune_one(name, target, left_s):
+        calls.append((name, left_s))
+        clock.t += 5.0 * kernels[name] + 15.0
+        # the first round ended 10 s into the measured stage, the last 25 s in: 15 s of later rounds, the rest
+        # (5 s a kernel) is fixed
+        return SimpleNamespace(measured={"shapes": [], "rounds": [{"elapsed_s": 10.0}, {"elapsed_s": 25.0}]})
+
+    rows = tune_all(SimpleNamespace(root=Path("/nonexistent")), None, budget_s=100.0, tune_one=tune_one,
+                    device="NVIDIA H200", device_versions=VERSIONS, run_target=Target.SM_90, loaded=specs,
+                    clock=clock, kernels_of=lambda ls, target: kernels[ls.spec.name])
+    # a takes 40 s; b's 20 kernels at 5 s need 100 s of the 60 left; c takes 25 s; d needs 20 s of the 35 left
+    assert [c[0] for c in calls] == ["a", "c", "d"]
+    assert [(r.spec, r.status) for r in rows] == [("a", TUNED), ("b", NOT_REACHED), ("c", TUNED), ("d", TUNED),
+                                                  ("softmax_fp16_online", NOT_REACHED)]
+    assert rows[1].note == ("needs about 100 s to verify and time its 20 kernel shapes once (this run's gemm rate), "
+                            "60 s left: run `tilegen tune --all` again")
+    # without measured rounds (a failure, a fake) nothing is learnt and every spec is started while budget is left
+    calls.clear()
+    clock.t = 0.0
+    rows = tune_all(SimpleNamespace(root=Path("/nonexistent")), None, budget_s=150.0,
+                    tune_one=lambda n, t, left: (calls.append(n), setattr(clock, "t", clock.t + 30.0),
+                                                 SimpleNamespace(measured={"shapes": []}))[-1],
+                    device="NVIDIA H200", device_versions=VERSIONS, run_target=Target.SM_90, loaded=specs,
+                    clock=clock, kernels_of=lambda ls, target: kernels[ls.spec.name])
+    assert calls == ["a", "b", "c", "d", "softmax_fp16_online"]
+    # an op not seen yet is held to the cheapest rate of the run: softmax's 3 kernels x 2 shapes at 5 s need 30 s
+    calls.clear()
+    clock.t = 0.0
+    rows = tune_all(SimpleNamespace(root=Path("/nonexistent")), None, budget_s=69.0, tune_one=tune_one,
+                    device="NVIDIA H200", device_versions=VERSIONS, run_target=Target.SM_90,
+                    loaded=[specs[0], softmax], clock=clock, kernels_of=lambda ls, target: kernels[ls.spec.name])
+    assert calls == [("a", 69.0)] and rows[1].status == NOT_REACHED
+    assert "needs about 30 s to verify and time its 6 kernel shapes once (the cheapest rate of this run)" in rows[1].note
 
 
 def test_specs_no_entry_serves_are_tuned_before_those_whose_entries_are_searched_again(tmp_path):

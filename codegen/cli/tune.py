@@ -3,6 +3,7 @@ measured survivors, the reports and the lockfile written; and `tune --check`."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,13 +38,15 @@ def _loaded(project: Project) -> list[LoadedSpec]:
 def run_tune(project: Project, name: str, targets: list[Target] | None, *, static: bool, budget: str,
              opts: BuildOptions, timeout_s: float, out: Console, err: Console,
              gpus: int | None = None, ray: str | None = None, profile_top: int = 0,
-             max_points: int = MAX_POINTS, session=None) -> list[TuneResult]:
+             max_points: int = MAX_POINTS, session=None, deadline: float | None = None) -> list[TuneResult]:
     """`tilegen tune NAME`: for each target of the spec with a `search:` block (or those asked for), the
     static stages, then measured selection on the GPU present unless `static`; writes
     reports/tune/<spec>_<target>.{json,md} (<spec>_<target>_static when static) and, when measured,
     tuned/<target>/<device>.json. Before anything runs: every search space is within `max_points`
     (codegen.tune.search.check_space) and the lockfile to be merged into, if any, is a valid one of this GPU.
-    `session` (codegen.run.gpurun.GpuSession): GPU workers shared with the run's other tunes (`tune --all`)."""
+    `session` (codegen.run.gpurun.GpuSession): GPU workers shared with the run's other tunes (`tune --all`);
+    `deadline` (time.monotonic): where the budget ends, builds included (`tune --all`); else the budget is the
+    measured stage's own."""
     if profile_top and static:
         raise TilegenError("--profile-top profiles the best measured candidates: it needs measured selection, not --static")
     loaded = _loaded(project)
@@ -89,7 +92,8 @@ def run_tune(project: Project, name: str, targets: list[Target] | None, *, stati
             from codegen.tune.measure import measure
 
             with UI(out, err) as ui:
-                doc, entries = measure(result, gpu, budget_s=budget_s, jobs=opts.jobs, timeout_s=timeout_s,
+                left_s = budget_s if deadline is None else max(1.0, deadline - time.monotonic())
+                doc, entries = measure(result, gpu, budget_s=left_s, jobs=opts.jobs, timeout_s=timeout_s,
                                        ray=ray, on_event=ui.event, session=session)
             if profile_top:
                 doc = _profile_top(result, doc, profile_top, gpu, project, timeout_s, out, err)

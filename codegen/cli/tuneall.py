@@ -9,8 +9,13 @@ from another search space than the spec's today (`research`); within each, the s
 specs in file order): deterministic. The summary lists the specs in the spec set's order.
 
 The budget is one figure for the whole run. A spec is started only while budget is left, and gets what is left
-for verifying its candidates and its measured rounds (codegen.tune.measure: at least one round is always measured
-once a spec is started); the specs not started are listed as `not reached`. The summary is one row per (spec, target).
+for its builds, the verification of its candidates and its measured rounds (codegen.tune.measure: at least one round
+is always measured once a spec is started). That first part does not shrink with the budget, so a spec is not
+started when this run has shown it cannot fit: each tuned spec gives the seconds its fixed part took per (kernel,
+shape) -- builds, verification and the first round -- and a later spec of the same op whose kernels x shapes at that
+rate need more than is left waits for the next run (a spec of an op not yet seen is measured against the cheapest
+rate seen); the run goes on to the specs that do fit. The specs not started are listed as `not reached`. The
+summary is one row per (spec, target).
 """
 
 from __future__ import annotations
@@ -109,13 +114,30 @@ def _speedups(doc: dict | None) -> tuple[float | None, float | None, str]:
     return _geomean(hand), _geomean(best), ", ".join(sorted(set(names)))
 
 
+def distinct_kernels(ls: LoadedSpec, target: Target) -> int:
+    """The distinct kernels of a spec's search space that pass its rules on `target` (no build: cheap)."""
+    from codegen.tune.search import constrain, expand
+
+    return len(constrain(ls, target, expand(ls.spec, target)).files)
+
+
+def fixed_seconds(result, wall_s: float) -> float | None:
+    """The seconds of a tuned spec that do not shrink with the budget: its builds, the verification of every
+    candidate and the first bench round (a later round is started only if it fits). None without measured rounds."""
+    rounds = (getattr(result, "measured", None) or {}).get("rounds") or []
+    if not rounds:
+        return None
+    return max(0.0, wall_s - (rounds[-1]["elapsed_s"] - rounds[0]["elapsed_s"]))
+
+
 def tune_all(project, targets: list[Target] | None, *, budget_s: float, tune_one, device: str,
              device_versions: dict[str, str], run_target: Target, loaded: list[LoadedSpec],
-             clock=time.monotonic) -> list[TuneAllRow]:
+             clock=time.monotonic, kernels_of=distinct_kernels) -> list[TuneAllRow]:
     """Tune every searched spec of `run_target` (the GPU present's target; `targets` may only narrow to it) that has
-    a shape without a fresh entry, in order, while budget is left. `tune_one(name, target, budget_s)` tunes one spec
-    and returns its TuneResult (the lockfile written); a TilegenError of one spec is that row's `failed` and the run
-    goes on."""
+    a shape without a fresh entry, in order, while budget is left and this run's rates say it fits (module doc).
+    `tune_one(name, target, budget_s)` tunes one spec and returns its TuneResult (the lockfile written); a
+    TilegenError of one spec is that row's `failed` and the run goes on. `kernels_of(ls, target)`: the spec's
+    distinct kernels, for the estimate."""
     if targets and run_target not in targets:
         raise TilegenError(f"this GPU runs {run_target.value} kernels: --target {', '.join(t.value for t in targets)} "
                            "cannot be measured here")
@@ -128,12 +150,21 @@ def tune_all(project, targets: list[Target] | None, *, budget_s: float, tune_one
             rows[ls.spec.name] = TuneAllRow(spec=ls.spec.name, target=run_target, status=FRESH,
                                             shapes=len(fam_shapes(ls)),
                                             note=f"every shape has a fresh entry for {device}")
+    rates: dict[str, float] = {}  # op -> the slowest fixed seconds per (kernel, shape) seen in this run
     for ls in sorted((ls for ls in specs if ls.spec.name in pending), key=lambda ls: pending[ls.spec.name] == RESEARCH):
-        name, shapes = ls.spec.name, len(fam_shapes(ls))
+        name, shapes, op = ls.spec.name, len(fam_shapes(ls)), ls.spec.op
         left = budget_s - (clock() - start)
         if left <= 0:
             rows[name] = TuneAllRow(spec=name, target=run_target, status=NOT_REACHED, shapes=shapes,
                                     note="the budget was spent: run `tilegen tune --all` again to go on")
+            continue
+        pairs = kernels_of(ls, run_target) * shapes if rates else 0  # no estimate before the first spec
+        rate, seen = (rates[op], f"this run's {op} rate") if op in rates else (min(rates.values(), default=0.0),
+                                                                                "the cheapest rate of this run")
+        if pairs * rate > left:
+            rows[name] = TuneAllRow(spec=name, target=run_target, status=NOT_REACHED, shapes=shapes,
+                                    note=f"needs about {pairs * rate:.0f} s to verify and time its {pairs} kernel "
+                                         f"shapes once ({seen}), {left:.0f} s left: run `tilegen tune --all` again")
             continue
         t0 = clock()
         try:
@@ -142,6 +173,10 @@ def tune_all(project, targets: list[Target] | None, *, budget_s: float, tune_one
             rows[name] = TuneAllRow(spec=name, target=run_target, status=FAILED, shapes=shapes,
                                     seconds=round(clock() - t0, 1), note=str(exc).splitlines()[0])
             continue
+        fixed = fixed_seconds(result, clock() - t0)
+        if fixed is not None:
+            pairs = pairs or kernels_of(ls, run_target) * shapes
+            rates[op] = max(rates.get(op, 0.0), fixed / max(1, pairs))
         hand, best, which = _speedups(result.measured)
         rows[name] = TuneAllRow(spec=name, target=run_target, status=TUNED, shapes=shapes,
                                 seconds=round(clock() - t0, 1), speedup_vs_hand=hand, vs_best_torch=best,
@@ -190,8 +225,10 @@ def run_tune_all(project, targets: list[Target] | None, *, budget: str, opts, ti
     device, versions = gpu.name, gpu_versions(gpu)
 
     def tune_one(name: str, target: Target, left_s: float):
+        # the spec's builds count too: its measured rounds get what is left of `left_s` once they start
         (result,) = run_tune(project, name, [target], static=False, budget=f"{max(left_s, 1.0):.0f}s", opts=opts,
-                             timeout_s=timeout_s, out=out, err=err, gpus=gpus, session=session)
+                             timeout_s=timeout_s, out=out, err=err, gpus=gpus, session=session,
+                             deadline=time.monotonic() + left_s)
         return result
 
     t0 = time.monotonic()
