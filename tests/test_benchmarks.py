@@ -218,3 +218,43 @@ def test_cluster_gemm_experiment_multicasts_into_slots_both_ctas_released():
     # its slots' empty barriers: local, one arrival per consumer thread of this CTA, nothing sent to the peer
     assert re.findall(r"mbarrier\[[4-7]\]\.init\((\d+)\)", src) == ["256"] * 4
     assert not re.search(r"\.arrive\([^)]", src.split("tma_load_multicast")[1])
+
+
+def test_gpu_window_runs_the_steps_that_fit_and_skips_the_rest_with_a_reason(tmp_path):
+    """benchmarks/gpu_window.sh with shims for python3 and nvidia-smi (they record their arguments): the steps in
+    the order given, each bounded by what is left of the window, tune --all given the rest less a margin, a step
+    whose minimum does not fit skipped with a line that says so, an unknown step named, and the archives written."""
+    import os
+    import subprocess
+    import tarfile
+
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    calls = tmp_path / "calls"
+    for name in ("python3", "nvidia-smi"):
+        (shims / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\n')
+        (shims / name).chmod(0o755)
+
+    def window(seconds: int, *steps: str) -> str:
+        out = tmp_path / f"out{seconds}"
+        env = os.environ | {"PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(out), "WINDOW_S": str(seconds)}
+        subprocess.run(["bash", str(BENCHMARKS / "gpu_window.sh"), *steps], env=env, check=True, capture_output=True,
+                       timeout=60)
+        assert {p.name for p in out.iterdir()} == {"window.log", "results.tgz", "tuned.tgz"}
+        with tarfile.open(out / "tuned.tgz") as tgz:
+            assert any(n.startswith("examples/llama_layer/tuned") for n in tgz.getnames()) == (seconds == 400)
+        return (out / "window.log").read_text()
+
+    log = window(400, "layer", "tune:examples/llama_layer:llama_attn_prefill", "all")
+    assert calls.read_text().splitlines()[1:] == [
+        f"python3 examples/llama_layer/run.py --reports {tmp_path}/out400/results/llama_layer",
+        "python3 -m codegen -C examples/llama_layer tune llama_attn_prefill -t sm_90 --budget 40s",
+        "python3 -m codegen -C . tune --all -t sm_90 --budget 340s"]
+    assert "== layer (timeout 170 s)" in log and "== tune --all in . (timeout 385 s)" in log
+    calls.unlink()
+    log = window(100, "layer", "fa3", "bogus")
+    assert calls.read_text().splitlines()[1:] == [
+        "python3 -m codegen -C examples/fa3_grid verify --all -t sm_90 --out " + f"{tmp_path}/out100/results/fa3_grid",
+        "python3 -m codegen -C examples/fa3_grid bench --all -t sm_90 --out " + f"{tmp_path}/out100/results/fa3_grid"]
+    assert "== layer skipped: needs 140 s, 100 s left" in log
+    assert "== bogus: not a step (fa3, layer, classes, tune:DIR:SPEC, all[:DIR])" in log
