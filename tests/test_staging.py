@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from codegen.families import family
 from codegen.families.gemm.numerics import gemm_derived_shapes
 from codegen.families.gemm.rules import unaligned_operands
 from codegen.families.gemm.spec import GemmShape
+from codegen.families.spec import TailPolicy
 from codegen.generate.instance import build_instances
 from codegen.generate.lower import lower
 from codegen.generate.pipeline import Project
@@ -299,8 +301,27 @@ def test_gfx942_padded_main_loop_loads_16_bytes_where_the_predicated_one_loads_2
         assert all(k.spills == 0 for k in r.kernels)
         main = max(r.kernels, key=lambda k: k.asm.symbol)  # the last kernel: the main one
         loops["padded" if "_pad_" in r.uri else "predicated"] = main.asm.isa.main_loop.global_loads
+        # build warns of the predicated twin's narrow loads and names the option that gives them back
+        assert (r.hint is None) == ("_pad_" in r.uri), (r.uri, r.hint)
+        assert r.hint is None or "staging: padded copies them into aligned workspaces" in r.hint
     assert set(loops["padded"]) == {"global_load_dwordx4"}
     assert "global_load_ushort" in loops["predicated"] and "global_load_dwordx4" not in loops["predicated"]
+
+
+def test_the_narrow_load_hint_names_the_odd_rows_and_staging_padded_where_it_applies():
+    seed_file = (REPO_ROOT / "specs" / "gemm_padded.yaml").read_text()
+    twin = next(f.instance for f in render_all(build_instances(parse_specs(seed_file, FILE), [Target.SM_90]))
+                if "_pad_" not in f.uri)
+    assert twin.layout == "nt" and twin.spec_dtypes[0] == "fp16" and str(twin.tail) == "predicated"
+    assert twin.narrow_load_hint((1000, 1001, 1001)) == (
+        "A's rows (k = 1001) and B's rows (k = 1001) are not whole 16-byte vectors of 8 elements: staging: padded "
+        "copies them into aligned workspaces, so the main loop loads 16 bytes at a time (docs/gemm.md)")
+    assert twin.narrow_load_hint((1001, 1001, 1000)) is None  # nt: both operands' rows run along K
+    nn = replace(twin, trans_b=False, tail=TailPolicy.SPECIALIZED)
+    assert nn.narrow_load_hint((1000, 1001, 1000)).startswith("B's rows (n = 1001) are not whole")
+    assert "staging: padded with tail: predicated copies" in nn.narrow_load_hint((1000, 1001, 1000))
+    assert replace(twin, staging="padded").narrow_load_hint((1000, 1001, 1001)) is None  # staged already
+    assert replace(twin, structure="gemv").narrow_load_hint((1000, 1001, 1001)) is None  # no tiles to stage
 
 
 def test_committed_reports_show_16_byte_loads_in_every_padded_main_loop():

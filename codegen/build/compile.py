@@ -94,6 +94,7 @@ class BuildResult:
     log: str | None = None  # relative to the project root when inside it
     entry: str | None = None  # the cache entry folder holding the source, .s/.co or .ptx/.cubin
     note: str | None = None  # e.g. why a cache entry was rebuilt
+    hint: str | None = None  # with narrow-load warnings: the spec option that gives the wide loads back
     lower_s: float = 0.0
     compile_s: float = 0.0
     seconds: float = 0.0
@@ -116,7 +117,8 @@ class BuildResult:
             "error": self.error, "summary": self.summary(), "kernels": [k.to_json() for k in self.kernels],
         }
         if volatile:
-            out |= {"entry": self.entry, "log": self.log, "note": self.note, "seconds": round(self.seconds, 3),
+            out |= {"entry": self.entry, "log": self.log, "note": self.note, "hint": self.hint,
+                    "seconds": round(self.seconds, 3),
                     "lower_s": round(self.lower_s, 3), "compile_s": round(self.compile_s, 3)}
         return out
 
@@ -374,8 +376,9 @@ def _result(job: BuildJob, entry: Path | None, root: Path, *, status: Status, se
                            seconds=seconds + time.perf_counter() - t0)
     seconds += time.perf_counter() - t0
     violation = check_rules(inst, kernels)
+    narrow = any(getattr(k, "warnings", ()) for k in kernels)
     return BuildResult(**base, status="failed" if violation else status, kernels=kernels, error=violation,
-                       seconds=seconds)
+                       seconds=seconds, hint=inst.narrow_load_hint(job.shape) if narrow else None)
 
 
 def build(project: Project, opts: BuildOptions, *, on_event: OnEvent = ignore) -> BuildReport:

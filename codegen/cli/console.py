@@ -145,6 +145,8 @@ class UI:
         for r in report.results:  # the static analysis' findings ([vector_loads]): warnings, never failures
             for w in r.summary().get("warnings", []):
                 self.err.print(f"warning: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {w}", markup=False)
+            if r.hint:
+                self.err.print(f"hint: {r.uri} {'x'.join(map(str, r.shape))}: {r.hint}", markup=False)
         for r in report.failed:
             self.err.print(f"error: {r.uri} {'x'.join(map(str, r.shape))} {r.target}: {r.error}"
                            + (f" (log: {r.log})" if r.log else ""), markup=False)

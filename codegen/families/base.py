@@ -105,6 +105,11 @@ class InstanceBase:
         family does not say (nothing is checked)."""
         return None
 
+    def narrow_load_hint(self, shape: tuple) -> str | None:
+        """Where build warns that the kernel loads narrower than global_load_bytes at `shape`: the spec option
+        that would give the wide loads back, as one line; None where the family knows none."""
+        return None
+
     # Fields of an option most kernels of the family do not have, written to the canonical form only where set
     # (not None): a whole computation beyond the family's own (GEMM's fused epilogue ops and gate), so that
     # kernels without it keep the names they had. Every other field is written always.

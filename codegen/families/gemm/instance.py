@@ -259,6 +259,22 @@ class GemmInstance(InstanceBase):
         """The main loop's tile copies are laid out for 16-byte loads per lane."""
         return VECTOR_LOAD_BYTES
 
+    def narrow_load_hint(self, shape: tuple) -> str | None:
+        """An operand whose stored rows are not whole 16-byte vectors at this shape cannot be read 16 bytes at a
+        time: staging padded copies it into an aligned workspace first (a tiled GEMM not staged already)."""
+        if self.structure != Structure.TILED.value or self.workspace:
+            return None
+        m, n, k = shape[:3]
+        vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[0])]
+        rows = {"A": ("m", m) if self.trans_a else ("k", k), "B": ("k", k) if self.trans_b else ("n", n)}
+        odd = [f"{op}'s rows ({d} = {ld})" for op, (d, ld) in rows.items() if isinstance(ld, int) and ld % vec]
+        if not odd:
+            return None
+        tail = "" if str(self.tail) == TailPolicy.PREDICATED.value else " with tail: predicated"
+        return (f"{' and '.join(odd)} are not whole {VECTOR_LOAD_BYTES}-byte vectors of {vec} elements: staging: "
+                f"padded{tail} copies them into aligned workspaces, so the main loop loads {VECTOR_LOAD_BYTES} bytes "
+                "at a time (docs/gemm.md)")
+
     def stem(self) -> str:
         a, _, out, _ = self.spec_dtypes
         if Structure(self.structure).is_gemv:
