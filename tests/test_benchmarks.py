@@ -252,9 +252,9 @@ def test_gpu_window_runs_the_steps_that_fit_and_skips_the_rest_with_a_reason(tmp
         "python3 -m codegen -C . tune --all -t sm_90 --budget 340s"]
     assert "== layer (timeout 170 s)" in log and "== tune --all in . (timeout 385 s)" in log
     calls.unlink()
-    log = window(100, "layer", "fa3", "bogus")
+    log = window(100, "layer", "main", "fa3", "bogus")
     assert calls.read_text().splitlines()[1:] == [
         "python3 -m codegen -C examples/fa3_grid verify --all -t sm_90 --out " + f"{tmp_path}/out100/results/fa3_grid",
         "python3 -m codegen -C examples/fa3_grid bench --all -t sm_90 --out " + f"{tmp_path}/out100/results/fa3_grid"]
-    assert "== layer skipped: needs 140 s, 100 s left" in log
-    assert "== bogus: not a step (fa3, layer, classes, tune:DIR:SPEC, all[:DIR])" in log
+    assert "== layer skipped: needs 140 s, 100 s left" in log and "== main skipped: needs 540 s" in log
+    assert "== bogus: not a step (fa3, layer, classes, main, tune:DIR:SPEC, all[:DIR])" in log
