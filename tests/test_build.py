@@ -158,6 +158,11 @@ def test_spills_fail_the_build_unless_allowed():
     # a predicated GEMM is shown the specialized tail too
     error = check_rules(replace(inst, tail=TailPolicy.PREDICATED), (_spilled_kernel(),))
     assert "; tail: specialized runs the interior tiles unpredicated (fewer registers); or set allow_spills" in error
+    # ... and, at a shape whose operand rows are not whole 16-byte vectors, staging padded
+    error = check_rules(replace(inst, tail=TailPolicy.PREDICATED), (_spilled_kernel(),), (4096, 4096, 4095))
+    assert ("(fewer registers); or staging: padded reads whole aligned tiles (its operands' rows are not whole "
+            "16-byte vectors); or set allow_spills") in error
+    assert "staging" not in check_rules(replace(inst, tail=TailPolicy.PREDICATED), (_spilled_kernel(),), (4096,) * 3)
 
 
 def test_occupancy_below_the_floor_fails_the_build():

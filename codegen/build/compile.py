@@ -331,15 +331,20 @@ def read_entry(entry: Path, inst: KernelInstance) -> tuple[Kernel, ...]:
     return tuple(sorted(kernels, key=lambda k: symbol_order(k.symbol)))
 
 
-def check_rules(inst: KernelInstance, kernels: tuple[Kernel, ...]) -> str | None:
-    """The first violated build rule (spills, occupancy floor), as one line, or None."""
+def check_rules(inst: KernelInstance, kernels: tuple[Kernel, ...], shape: tuple | None = None) -> str | None:
+    """The first violated build rule (spills, occupancy floor), as one line, or None. `shape`: the build's, for
+    the remedies that depend on it."""
     for k in kernels:
         if k.spills and not inst.allow_spills:
             # a predicated GEMM at a ragged K (rows not a whole number of vectors) checks every element of every
             # tile; the specialized tail runs the interior tiles unchecked (seen: the gfx942 seed at 5125 x 6145 x
-            # 3069 spills 47 SGPRs predicated, none specialized)
-            hint = ("tail: specialized runs the interior tiles unpredicated (fewer registers); or "
-                    if inst.op == "gemm" and str(inst.tail) == "predicated" else "")
+            # 3069 spills 47 SGPRs predicated, none specialized), and staging padded gives the main loop whole
+            # aligned tiles where an operand's rows are not whole 16-byte vectors
+            hint = ""
+            if inst.op == "gemm" and str(inst.tail) == "predicated":
+                hint = "tail: specialized runs the interior tiles unpredicated (fewer registers); or "
+                if shape is not None and inst.narrow_load_hint(shape):
+                    hint += "staging: padded reads whole aligned tiles (its operands' rows are not whole 16-byte vectors); or "
             return f"{k.symbol}: {k.spill_text()}; {hint}set allow_spills: true in {inst.spec_file} to accept [spills]"
         floor = inst.min_waves_per_simd
         problem = k.occupancy_problem(floor) if floor is not None else None
@@ -375,7 +380,7 @@ def _result(job: BuildJob, entry: Path | None, root: Path, *, status: Status, se
         return BuildResult(**base, status="failed", error=f"reading the compiler's report: {exc}",
                            seconds=seconds + time.perf_counter() - t0)
     seconds += time.perf_counter() - t0
-    violation = check_rules(inst, kernels)
+    violation = check_rules(inst, kernels, job.shape)
     narrow = any(getattr(k, "warnings", ()) for k in kernels)
     return BuildResult(**base, status="failed" if violation else status, kernels=kernels, error=violation,
                        seconds=seconds, hint=inst.narrow_load_hint(job.shape) if narrow else None)
