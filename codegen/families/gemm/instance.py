@@ -13,6 +13,7 @@ from codegen.families.gemm.rules import (
     fast_activation,
     gemv_vector,
     lds_bytes,
+    leading_dims,
     shared_epilogue,
     tf32_converted_inline,
     transposed_b_rows,
@@ -22,8 +23,10 @@ from codegen.families.gemm.spec import (
     ActivationMath,
     Epilogue,
     Eviction,
+    GemmShape,
     GemmSpec,
     GridPolicy,
+    Layout,
     LdsLayout,
     Precision,
     SplitKSum,
@@ -264,10 +267,11 @@ class GemmInstance(InstanceBase):
         time: staging padded copies it into an aligned workspace first (a tiled GEMM not staged already)."""
         if self.structure != Structure.TILED.value or self.workspace:
             return None
-        m, n, k = shape[:3]
+        if not all(isinstance(d, int) for d in shape[:3]):
+            return None  # a symbolic size: no one shape to speak of
         vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[0])]
-        rows = {"A": ("m", m) if self.trans_a else ("k", k), "B": ("k", k) if self.trans_b else ("n", n)}
-        odd = [f"{op}'s rows ({d} = {ld})" for op, (d, ld) in rows.items() if isinstance(ld, int) and ld % vec]
+        rows = leading_dims(Layout(self.layout), GemmShape(m=shape[0], n=shape[1], k=shape[2]))
+        odd = [f"{op}'s rows ({d} = {ld})" for op, (d, ld) in rows.items() if ld % vec]
         if not odd:
             return None
         tail = "" if str(self.tail) == TailPolicy.PREDICATED.value else " with tail: predicated"
