@@ -263,3 +263,42 @@ def test_a_session_s_verify_and_bench_share_workers_and_compiles(fakes, monkeypa
     v = gpurun.verify_all(files, one, jobs=1, timeout_s=60, workers_per_gpu=2)
     b = gpurun.bench_all(files, one, jobs=1, timeout_s=60)
     assert {int(r["seconds"]) for r in b.rows}.isdisjoint({int(c["inputs"]) for c in v.cases})
+
+
+def test_a_row_only_a_lockfile_asked_for_takes_the_baselines_its_hand_kernel_timed_in_the_same_run():
+    """bench times torch's baselines once per (spec, shape): beside the hand kernel; a tuned kernel's row at that
+    shape takes them (and its speed-ups on them). A kernel that is also some spec's hand kernel, or has a row with
+    no hand row of its spec beside it, times its own."""
+    from types import SimpleNamespace
+
+    from codegen.generate.render import SpecRef
+
+    def kernel(uri, *refs):
+        shapes = tuple(dict.fromkeys(s for r in refs for s in r.shapes))
+        return SimpleNamespace(uri=uri, specs=refs, instance=SimpleNamespace(target=Target.SM_90, shapes=shapes))
+
+    a, b = (64, 64, 64), (128, 128, 128)
+    hand = kernel("hand", SpecRef(file="f", name="g", shapes=(a, b)))
+    tuned = kernel("tuned", SpecRef(file="f", name="g", shapes=(a, b), tuned_on="NVIDIA H200"))
+    both = kernel("both", SpecRef(file="f", name="g", shapes=(b,), tuned_on="NVIDIA H200"),
+                  SpecRef(file="f", name="h", shapes=(b,)))  # the hand kernel of spec h
+    alone = kernel("alone", SpecRef(file="f", name="x", shapes=(a,), tuned_on="NVIDIA H200"))  # x's hand is not here
+    timing, borrowed = gpurun.baseline_sources([hand, tuned, both, alone])
+    assert timing == {"hand", "both", "alone"}
+    assert borrowed == {("tuned", a): "hand", ("tuned", b): "hand"}
+
+    def row(uri, shape, ms, baselines=None, status="ok"):
+        r = BenchRow(uri=uri, name="g", target="sm_90", shape=shape, dtypes="fp16", status=status,
+                     kernel=Timing(median_ms=ms, p10_ms=ms, p90_ms=ms, iters=10) if status == "ok" else None)
+        for name, t in (baselines or {}).items():
+            r.baselines[name] = Timing(median_ms=t, p10_ms=t, p90_ms=t, iters=10)
+            r.speedup[name] = t / ms
+        return asdict(r)
+
+    rows = [row("hand", a, 1.0, {"eager": 0.9, "compile": 1.2}), row("tuned", a, 0.8),
+            row("hand", b, 2.0, status="error"), row("tuned", b, 1.5)]
+    gpurun.share_baselines(rows, borrowed)
+    assert rows[1]["baselines"] == rows[0]["baselines"] and rows[1]["baselines_from"] == "hand"
+    assert rows[1]["speedup"] == pytest.approx({"eager": 0.9 / 0.8, "compile": 1.2 / 0.8})
+    assert rows[0]["baselines_from"] == ""  # its own
+    assert rows[3]["baselines"] == {} and rows[3]["speedup"] == {} and rows[3]["baselines_from"] == ""  # source failed

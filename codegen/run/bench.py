@@ -98,6 +98,7 @@ class BenchRow:
     bound: str = ""
     speedup: dict[str, float] = field(default_factory=dict)
     baseline_precision: str = ""  # what the baselines compute, where that is a choice (fp32 GEMM: allow_tf32)
+    baselines_from: str = ""  # the kernel whose row timed these baselines in the same run ("": this row's own)
     seconds: float = 0.0  # wall time of the whole case: loading the kernel, inputs, every timing (torch.compile's too)
 
 

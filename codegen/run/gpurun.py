@@ -376,11 +376,60 @@ class BenchReport:
         return all(r["status"] in ("ok", "skipped") for r in self.rows)
 
 
+def baseline_sources(files) -> tuple[frozenset[str], dict[tuple[str, tuple], str]]:
+    """Which kernels time torch's baselines, and which rows take them from another kernel's row of the same run:
+    a row (kernel, shape) that only lockfiles asked for takes the baselines of its spec's hand kernel at that shape
+    (the same computation on the same inputs: timing it again would only cost time). A kernel with a row that has
+    no such hand row times its own. Returns (the kernels that time baselines, {(uri, shape): the hand kernel's uri})."""
+    hand: dict[tuple, str] = {}
+    for f in files:
+        for r in f.specs:
+            if not r.tuned_on:
+                for s in r.shapes:
+                    hand.setdefault((f.instance.target, r.name, tuple(s)), f.uri)
+    timing, borrowed = set(), {}
+    for f in files:
+        mine = {}
+        for s in map(tuple, f.instance.shapes):
+            asking = [r for r in f.specs if s in map(tuple, r.shapes)]
+            if not asking or any(not r.tuned_on for r in asking):
+                timing.add(f.uri)
+                break
+            source = next((hand[k] for r in asking if (k := (f.instance.target, r.name, s)) in hand), None)
+            if source is None or source == f.uri:
+                timing.add(f.uri)
+                break
+            mine[(f.uri, s)] = source
+        else:
+            borrowed |= mine
+    return frozenset(timing), borrowed
+
+
+def share_baselines(rows: list[dict], borrowed: dict[tuple[str, tuple], str]) -> None:
+    """Give each borrowing row (baseline_sources) the baselines of its hand kernel's row at its shape, and its
+    speed-ups on them; a row whose source row has none (an error) keeps none."""
+    by_key = {(r["uri"], tuple(r["shape"])): r for r in rows}
+    for r in rows:
+        key = (r["uri"], tuple(r["shape"]))
+        if key not in borrowed or r["status"] != "ok" or not r["kernel"]:
+            continue
+        src = by_key.get((borrowed[key], key[1]))
+        if src is None or src["status"] != "ok" or not src["baselines"]:
+            continue
+        r["baselines"], r["baseline_errors"] = dict(src["baselines"]), dict(src["baseline_errors"])
+        r["speedup"] = {b: t["median_ms"] / r["kernel"]["median_ms"] for b, t in r["baselines"].items()}
+        r["baselines_from"] = borrowed[key]
+
+
 def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
               baselines_for: frozenset[str] | None = None, ray: str | None = None,
               on_event: OnEvent = ignore, session: GpuSession | None = None) -> BenchReport:
-    """Time every kernel at its shapes; the torch baselines beside every row, or only beside the rows of the
-    kernels in `baselines_for`. `session`: workers, copy bandwidth and compiles shared with other calls."""
+    """Time every kernel at its shapes; the torch baselines beside every row (a row only lockfiles asked for takes
+    its spec's hand row's: baseline_sources), or only beside the rows of the kernels in `baselines_for`.
+    `session`: workers, copy bandwidth and compiles shared with other calls."""
+    borrowed: dict[tuple[str, tuple], str] = {}
+    if baselines_for is None:
+        baselines_for, borrowed = baseline_sources(files)
     work, skipped = plan(files, gpu, derived=False, native_only=True)
     nflush = flush_bytes(gpu.l2_bytes, gpu.vendor)
     rows: list[dict] = []
@@ -410,6 +459,7 @@ def bench_all(files, gpu: GpuInfo, *, jobs: int | None = None, timeout_s: float 
             i = f.instance
             rows.append(asdict(BenchRow(uri=f.uri, name=i.name, target=i.target.value, shape=tuple(shape),
                                         dtypes=i.dtype_label(), status="error", error=error)))
+    share_baselines(rows, borrowed)
     return BenchReport(gpu=asdict(gpu), copy_gbps=copy_gbps, flush_bytes=nflush, rows=rows,
                        tuning=tuning_lines(files, rows, gpu.name))
 

@@ -195,7 +195,10 @@ def bench_markdown(data: dict) -> str:
     head = (f"Device: {env.get('device')} (driver {env.get('driver', '?')}, SM clock {env.get('sm_clock', '?')}), "
             f"torch {env.get('torch')}, tilelang {env.get('tilelang')}, commit {env.get('git_commit')}. "
             f"Copy bandwidth measured in the same run: {data['copy_gbps']:.0f} GB/s. "
-            f"L2 flushed with {data['flush_bytes'] >> 20} MiB before every timed launch; median over the iterations shown.\n\n")
+            f"L2 flushed with {data['flush_bytes'] >> 20} MiB before every timed launch; median over the iterations shown."
+            + (" A row that only a lockfile asked for is compared with the torch baselines its spec's hand kernel "
+               "timed at the same shape in this run." if any(r.get("baselines_from") for r in data["rows"]) else "")
+            + "\n\n")
     tuning = ["", "Tuned configurations (lockfiles under tuned/), each timed beside the hand configuration:", "",
               *(f"- {line}" for line in data["tuning"])] if data.get("tuning") else []
     return head + "\n".join([*markdown_table(BENCH_COLUMNS, [_flat(r) for r in data["rows"]]), *tuning]) + "\n"
