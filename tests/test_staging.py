@@ -314,8 +314,8 @@ def test_the_narrow_load_hint_names_the_odd_rows_and_staging_padded_where_it_app
                 if "_pad_" not in f.uri)
     assert twin.layout == "nt" and twin.spec_dtypes[0] == "fp16" and str(twin.tail) == "predicated"
     assert twin.narrow_load_hint((1000, 1001, 1001)) == (
-        "A's rows (k = 1001) and B's rows (k = 1001) are not whole 16-byte vectors of 8 elements: staging: padded "
-        "copies them into aligned workspaces, so the main loop loads 16 bytes at a time (docs/gemm.md)")
+        "A's rows (k = 1001) and B's rows (k = 1001) are not whole 16-byte vectors: staging: padded copies them into "
+        "aligned workspaces, so the main loop loads 16 bytes at a time (docs/gemm.md)")
     assert twin.narrow_load_hint((1001, 1001, 1000)) is None  # nt: both operands' rows run along K
     nn = replace(twin, layout="nn", trans_b=False, tail=TailPolicy.SPECIALIZED)
     assert nn.narrow_load_hint((1000, 1001, 1000)).startswith("B's rows (n = 1001) are not whole")

@@ -381,7 +381,7 @@ def _result(job: BuildJob, entry: Path | None, root: Path, *, status: Status, se
                            seconds=seconds + time.perf_counter() - t0)
     seconds += time.perf_counter() - t0
     violation = check_rules(inst, kernels, job.shape)
-    narrow = any(getattr(k, "warnings", ()) for k in kernels)
+    narrow = any(k.warnings for k in kernels)
     return BuildResult(**base, status="failed" if violation else status, kernels=kernels, error=violation,
                        seconds=seconds, hint=inst.narrow_load_hint(job.shape) if narrow else None)
 

@@ -396,7 +396,7 @@ def baseline_sources(files) -> tuple[frozenset[str], dict[tuple[str, tuple], str
                 timing.add(f.uri)
                 break
             source = next((hand[k] for r in asking if (k := (f.instance.target, r.name, s)) in hand), None)
-            if source is None or source == f.uri:
+            if source is None:
                 timing.add(f.uri)
                 break
             mine[(f.uri, s)] = source

@@ -48,6 +48,9 @@ class Kernel(Protocol):
     @property
     def spills(self) -> int: ...
 
+    # the static analysis' findings ([vector_loads]): warnings, never build failures
+    warnings: tuple[str, ...]
+
     def spill_text(self) -> str:
         """What spilled, for the [spills] build rule's message."""
         ...

@@ -13,7 +13,7 @@ from codegen.families.gemm.rules import (
     fast_activation,
     gemv_vector,
     lds_bytes,
-    leading_dims,
+    odd_rows,
     shared_epilogue,
     tf32_converted_inline,
     transposed_b_rows,
@@ -269,15 +269,13 @@ class GemmInstance(InstanceBase):
             return None
         if not all(isinstance(d, int) for d in shape[:3]):
             return None  # a symbolic size: no one shape to speak of
-        vec = VECTOR_LOAD_BYTES // DTYPE_BYTES[DType(self.spec_dtypes[0])]
-        rows = leading_dims(Layout(self.layout), GemmShape(m=shape[0], n=shape[1], k=shape[2]))
-        odd = [f"{op}'s rows ({d} = {ld})" for op, (d, ld) in rows.items() if ld % vec]
-        if not odd:
+        rows = odd_rows(Layout(self.layout), DType(self.spec_dtypes[0]), GemmShape(m=shape[0], n=shape[1], k=shape[2]))
+        if not rows:
             return None
         tail = "" if str(self.tail) == TailPolicy.PREDICATED.value else " with tail: predicated"
-        return (f"{' and '.join(odd)} are not whole {VECTOR_LOAD_BYTES}-byte vectors of {vec} elements: staging: "
-                f"padded{tail} copies them into aligned workspaces, so the main loop loads {VECTOR_LOAD_BYTES} bytes "
-                "at a time (docs/gemm.md)")
+        named = " and ".join(f"{op}'s rows ({d} = {ld})" for op, (d, ld) in rows.items())
+        return (f"{named} are not whole {VECTOR_LOAD_BYTES}-byte vectors: staging: padded{tail} copies them into "
+                f"aligned workspaces, so the main loop loads {VECTOR_LOAD_BYTES} bytes at a time (docs/gemm.md)")
 
     def stem(self) -> str:
         a, _, out, _ = self.spec_dtypes

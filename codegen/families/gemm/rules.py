@@ -701,11 +701,16 @@ def leading_dims(layout: Layout, shape: GemmShape) -> dict[str, tuple[str, int]]
             "B": ("k", shape.k) if layout.trans_b else ("n", shape.n)}
 
 
+def odd_rows(layout: Layout, dtype: DType, shape: GemmShape) -> dict[str, tuple[str, int]]:
+    """leading_dims of the operands whose rows do not start on VECTOR_BYTES boundaries at this shape (leading
+    dimension not a multiple of VECTOR_BYTES / element bytes): their tiles cannot be read with 16-byte or TMA loads."""
+    vec = VECTOR_BYTES // DTYPE_BYTES[dtype]
+    return {op: (d, ld) for op, (d, ld) in leading_dims(layout, shape).items() if ld % vec}
+
+
 def unaligned_operands(spec: GemmSpec, shape: GemmShape) -> list[str]:
-    """The operands whose rows do not start on VECTOR_BYTES boundaries at this shape (leading dimension not a
-    multiple of VECTOR_BYTES / element bytes): their tiles cannot be read with 16-byte or TMA loads."""
-    vec = VECTOR_BYTES // DTYPE_BYTES[spec.dtypes.a]
-    return [op for op, (_, ld) in leading_dims(spec.layout, shape).items() if ld % vec]
+    """The operands of odd_rows at this shape."""
+    return list(odd_rows(spec.layout, spec.dtypes.a, shape))
 
 
 def staging_rules(c: GemmContext) -> Iterator[Violation]:
