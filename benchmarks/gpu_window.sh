@@ -9,6 +9,7 @@
 #   fa3               examples/fa3_grid: verify, then bench (each at most 130 s)
 #   layer             examples/llama_layer/run.py: the Llama-3-8B decoder layer (at most 170 s, needs 140 s)
 #   classes           benchmarks/gemm_classes.py: the GEMM classes through dispatch (at most 150 s, needs 90 s)
+#   tail              benchmarks/gemm_tail_sm90.py: ragged GEMMs, the tail policies and a one-launch form (at most 150 s)
 #   main              `tilegen run`, the main job, timed (needs 540 s: a window of its own)
 #   tune:DIR:SPEC     `tilegen -C DIR tune SPEC` with a measured budget of TUNE_S (default 40 s), at most 240 s
 #   all[:DIR]         `tilegen -C DIR tune --all` (default: this project) with the rest of the window
@@ -53,6 +54,8 @@ for s in "$@"; do
       step layer 140 "$(cap 170)" python3 examples/llama_layer/run.py --reports "$R/llama_layer" ;;
     classes)
       step classes 90 "$(cap 150)" python3 benchmarks/gemm_classes.py --out "$R/gemm_classes" ;;
+    tail)
+      step tail 60 "$(cap 150)" python3 benchmarks/gemm_tail_sm90.py run --out "$R/gemm_tail" ;;
     main)
       step main 540 "$(cap 100000)" python3 -m codegen run --out "$R/run" ;;
     tune:*:*)
@@ -65,7 +68,7 @@ for s in "$@"; do
       secs=$(cap 100000)
       step "tune --all in $dir" 90 "$secs" python3 -m codegen -C "$dir" tune --all -t sm_90 --budget "$((secs - 45))s" ;;
     *)
-      echo "== $s: not a step (fa3, layer, classes, main, tune:DIR:SPEC, all[:DIR])" | tee -a "$LOG" ;;
+      echo "== $s: not a step (fa3, layer, classes, tail, main, tune:DIR:SPEC, all[:DIR])" | tee -a "$LOG" ;;
   esac
 done
 find "$R" \( -name '*.png' -o -name '*.csv' \) -delete

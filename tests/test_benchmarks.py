@@ -257,4 +257,16 @@ def test_gpu_window_runs_the_steps_that_fit_and_skips_the_rest_with_a_reason(tmp
         "python3 -m codegen -C examples/fa3_grid verify --all -t sm_90 --out " + f"{tmp_path}/out100/results/fa3_grid",
         "python3 -m codegen -C examples/fa3_grid bench --all -t sm_90 --out " + f"{tmp_path}/out100/results/fa3_grid"]
     assert "== layer skipped: needs 140 s, 100 s left" in log and "== main skipped: needs 540 s" in log
-    assert "== bogus: not a step (fa3, layer, classes, main, tune:DIR:SPEC, all[:DIR])" in log
+    assert "== bogus: not a step (fa3, layer, classes, tail, main, tune:DIR:SPEC, all[:DIR])" in log
+
+
+def test_one_launch_tail_experiment_drops_the_interior_checks_under_its_branch():
+    """benchmarks/gemm_tail_sm90.py's one-launch form of `tail: specialized`, lowered for sm_90a at a ragged shape:
+    one kernel, whole tiles loading without bounds checks and the edge tiles with them, both pipelined (cp.async,
+    warp specialisation off)."""
+    b = _load("gemm_tail_sm90")
+    src = b.cuda_source(b.one_launch(1000, 1000, 1000), b.NO_WS)
+    assert b.form(src) == "1 kernel(s), 0 TMA load(s), 4 unchecked / 4 checked cp.async, not warp-specialised"
+    interior, edges = src.split("} else {", 1)
+    assert "cp_async_gs<16>" in interior and "cp_async_gs_conditional" not in interior.split("cp_async_gs<16>", 1)[0]
+    assert "cp_async_gs_conditional<16>" in edges
