@@ -394,8 +394,15 @@ STARTER = """\
   # gate: swiglu            # swiglu | geglu | geglu_tanh: C = act(A @ B^T) * (A @ B_UP^T), two weights (layout nt)
   tail: none                # none | predicated | specialized
   targets: [gfx942, sm_90]
-  # overrides:              # per-target replacements of tiling / pipeline / unroll / swizzle_panel / k_pack
-  #   sm_90:
-  #     tiling: {{block_m: 128, block_n: 256, block_k: 64, threads: 256}}
-  #     pipeline: {{stages: 3}}
+  overrides:                # per-target replacements of tiling / pipeline / unroll / swizzle_panel / k_pack
+    sm_90:                  # a wgmma tile of two consumer warpgroups, a deeper TMA ring, rasterised in panels
+      tiling: {{block_m: 128, block_n: 256, block_k: 64, threads: 256}}
+      pipeline: {{stages: 4}}
+      swizzle_panel: 16
+  search:                   # `tilegen tune {name}`: every point verified, then timed on the GPU (docs/tuning.md)
+    sm_90:
+      pipeline: {{stages: [3, 4]}}
+      swizzle_panel: [8, 16]
+      epilogue: [direct, shared]
+      b_eviction: [normal, first]
 """
