@@ -268,5 +268,5 @@ def test_one_launch_tail_experiment_drops_the_interior_checks_under_its_branch()
     src = b.cuda_source(b.one_launch(1000, 1000, 1000), b.NO_WS)
     assert b.form(src) == "1 kernel(s), 0 TMA load(s), 4 unchecked / 4 checked cp.async, not warp-specialised"
     interior, edges = src.split("} else {", 1)
-    assert "cp_async_gs<16>" in interior and "cp_async_gs_conditional" not in interior.split("cp_async_gs<16>", 1)[0]
-    assert "cp_async_gs_conditional<16>" in edges
+    assert "cp_async_gs<16>" in interior and "cp_async_gs_conditional" not in interior  # whole tiles: no checks
+    assert "cp_async_gs_conditional<16>" in edges and "cp_async_gs<16>" not in edges
