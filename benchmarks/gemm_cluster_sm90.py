@@ -13,26 +13,21 @@ be reading the slot the multicast overwrites.)
     python3 benchmarks/gemm_cluster_sm90.py lower                    # CPU: lowers and builds each variant
     python3 benchmarks/gemm_cluster_sm90.py run --out DIR [--shapes 2048x1024x4096,...]   # GPU
 
-`run` checks each kernel against an fp32 product (max |err| / (|ref| + 1) < 2^-6), a negative control (B's rows
-rotated by one must fail that check) and 20 repeated calls that must agree bit for bit (a race between the
-multicast and the peer's reads would show there), then times them and cuBLAS by CUDA events with L2 flushed
-before every launch (`tilegen bench`'s method: codegen.run.bench.time_ms, medians). Shapes must be whole tiles with an even number of tiles along the cluster.
+`run` (benchmarks/gemm_experiment.py) checks each kernel against an fp32 product, a negative control and 20
+repeated calls that must agree bit for bit (a race between the multicast and the peer's reads would show there),
+then times them beside cuBLAS with L2 flushed. Shapes must be whole tiles with an even number of tiles along the
+cluster.
 """
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
-import tilelang
 import tilelang.language as T
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # a checkout where tilegen is not installed
     sys.path.insert(0, str(ROOT))
 
-from codegen.run.bench import Timing, flush_bytes, time_ms
+from benchmarks.gemm_experiment import cuda_source, main, run
 
 A_DTYPE = B_DTYPE = OUT_DTYPE = "bfloat16"
 ACCUM = "float32"
@@ -122,121 +117,29 @@ def auto(M, N, K, *, BM=128, BN=128, BK=64, S=4, swizzle=8):
     return gemm_auto
 
 
-def bench(fn, flush) -> float:
-    """Median ms of `fn` by `tilegen bench`'s method (codegen.run.bench.time_ms: CUDA events, L2 flushed before
-    every launch)."""
-    return Timing.of(time_ms(fn, flush)).median_ms
-
-
 VARIANTS = [
-    ("auto 128x128 s4 sw8", lambda M, N, K: auto(M, N, K)),
-    ("auto 128x256 s4 sw8", lambda M, N, K: auto(M, N, K, BN=256)),
-    ("manual 128x128 s4 no cluster", lambda M, N, K: manual(M, N, K, share="none")),
-    ("manual 128x128 s4 multicast A (2x1)", lambda M, N, K: manual(M, N, K, share="a")),
-    ("manual 128x128 s4 multicast B (1x2)", lambda M, N, K: manual(M, N, K, share="b")),
-    ("manual 128x256 s3 multicast B (1x2)", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b")),
-    ("manual 128x128 s4 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, share="b", depth=1)),
-    ("manual 128x256 s3 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b", depth=1)),
+    ("auto 128x128 s4 sw8", lambda M, N, K: auto(M, N, K), None),
+    ("auto 128x256 s4 sw8", lambda M, N, K: auto(M, N, K, BN=256), None),
+    ("manual 128x128 s4 no cluster", lambda M, N, K: manual(M, N, K, share="none"), None),
+    ("manual 128x128 s4 multicast A (2x1)", lambda M, N, K: manual(M, N, K, share="a"), None),
+    ("manual 128x128 s4 multicast B (1x2)", lambda M, N, K: manual(M, N, K, share="b"), None),
+    ("manual 128x256 s3 multicast B (1x2)", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b"), None),
+    ("manual 128x128 s4 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, share="b", depth=1), None),
+    ("manual 128x256 s3 multicast B (1x2), depth 1", lambda M, N, K: manual(M, N, K, BN=256, S=3, share="b", depth=1), None),
 ]
-TARGET = {"kind": "cuda", "arch": "sm_90a"}
-
-
-def cuda_source(func) -> str:
-    """The CUDA source TileLang lowers `func` to for sm_90a (CPU)."""
-    from tvm.target import Target as TvmTarget
-
-    with TvmTarget(TARGET):
-        return tilelang.lower(func, target=TARGET).kernel_source
 
 
 def lower_all(shape=(2048, 1024, 4096)):
     """Lower each variant (CPU) and print what its CUDA source does: multicast loads, cluster syncs."""
-    for name, make in VARIANTS:
+    for name, make, _ in VARIANTS:
         src = cuda_source(make(*shape))
         print(f"{name}: {src.count('tma_load_multicast')} multicast load(s), {src.count('cluster_sync')} cluster sync(s)")
 
 
-def run(out, shapes):
-    from concurrent.futures import ThreadPoolExecutor
-    variants = VARIANTS
-    t0 = time.time()
-
-    def build(job):
-        (M, N, K), (_, make) = job
-        try:
-            return tilelang.compile(make(M, N, K), out_idx=[2], target=TARGET), None
-        except Exception as exc:  # noqa: BLE001
-            return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-
-    jobs = [(shape, v) for shape in shapes for v in variants]
-    with ThreadPoolExecutor(8) as pool:
-        built = list(pool.map(build, jobs))
-    compile_s = time.time() - t0
-    print(f"compiled {len(jobs)} kernels in {compile_s:.0f} s", flush=True)
-    rows = []
-    nflush = flush_bytes(torch.cuda.get_device_properties(0).L2_cache_size, "nvidia")
-    flush = torch.empty(nflush, dtype=torch.uint8, device="cuda")
-    torch.manual_seed(0)
-    for (M, N, K) in shapes:
-        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
-        ref = (a.float() @ b.float().T)
-        t_cublas = bench(lambda a=a, b=b: torch.matmul(a, b.T), flush)
-        rows.append({"shape": f"{M}x{N}x{K}", "variant": "cuBLAS (torch.matmul)", "ms": t_cublas, "ok": True, "err": 0.0})
-        for ((shape, (name, _)), (kern, error)) in zip(jobs, built):
-            if shape != (M, N, K):
-                continue
-            row = {"shape": f"{M}x{N}x{K}", "variant": name}
-            if error:
-                row["error"] = error
-                rows.append(row)
-                continue
-            try:
-                c = kern(a, b)
-                err = ((c.float() - ref).abs() / (ref.abs() + 1)).max().item()
-                row["err"] = err
-                row["ok"] = bool(err < 2 ** -6)
-                # negative control: the check must reject a wrong product (B's rows shifted by one)
-                row["control_caught"] = bool((((kern(a, b.roll(1, 0)).float() - ref).abs() / (ref.abs() + 1)).max().item()) >= 2 ** -6)
-                for _ in range(20):  # repeated calls agree bit for bit (a race would show here)
-                    if not torch.equal(kern(a, b), c):
-                        row["ok"] = False
-                        row["nondeterministic"] = True
-                        break
-                row["ms"] = bench(lambda kern=kern, a=a, b=b: kern(a, b), flush)
-                row["vs_cublas"] = t_cublas / row["ms"]
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-            rows.append(row)
-            print(row, flush=True)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "gemm_cluster_sm90.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    dev = torch.cuda.get_device_name()
-    lines = [f"# GEMM, a 2-CTA cluster with TMA multicast: {dev}", "",
-             ("`python3 benchmarks/gemm_cluster_sm90.py run` (bf16, C = A @ B^T, L2 flushed, medians); "
-              f"compiled {len(jobs)} kernels in {compile_s:.0f} s."), "",
-             "| shape | variant | ms | vs cuBLAS | max rel err | ok | control caught | error |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['shape']} | {r['variant']} | {r.get('ms', float('nan')):.4f} | {r.get('vs_cublas', 1.0):.3f}x | "
-                     f"{r.get('err', float('nan')):.2e} | {r.get('ok')} | {r.get('control_caught', '-')} | {r.get('error', '')} |")
-    with open(os.path.join(out, "gemm_cluster_sm90.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
-
-def main():
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=("lower", "run"))
-    ap.add_argument("--out", default="reports/gemm_cluster_sm90")
-    ap.add_argument("--shapes", default="2048x1024x4096,2048x4096x4096,4096x4096x4096")
-    args = ap.parse_args()
-    if args.mode == "lower":
-        lower_all()
-    else:
-        run(args.out, [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")])
+def run_shapes(out, shapes):
+    run(out, "gemm_cluster_sm90", "GEMM, a 2-CTA cluster with TMA multicast", "bf16, C = A @ B^T, L2 flushed, medians",
+        shapes, VARIANTS, "bfloat16", repeats=20)
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "gemm_cluster_sm90", "2048x1024x4096,2048x4096x4096,4096x4096x4096", lower_all, run_shapes)

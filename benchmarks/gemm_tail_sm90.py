@@ -15,26 +15,22 @@ the load path.
     python3 benchmarks/gemm_tail_sm90.py lower                          # CPU: lowers each variant, prints its form
     python3 benchmarks/gemm_tail_sm90.py run --out DIR [--shapes 1000x1000x1000,...]   # GPU
 
-`run` checks each kernel against an fp32 product (max |err| / (|ref| + 1) < 2^-6) and a negative control (B's rows
-rotated by one must fail that check), then times it and cuBLAS by CUDA events with L2 flushed before every launch
-(`tilegen bench`'s method: codegen.run.bench.time_ms, medians).
+`run` (benchmarks/gemm_experiment.py) checks each kernel against an fp32 product and a negative control, then times
+it beside cuBLAS with L2 flushed.
 """
 import importlib.util
-import json
-import os
 import re
 import sys
-import time
 from pathlib import Path
 
-import tilelang
 import tilelang.language as T
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # a checkout where tilegen is not installed
     sys.path.insert(0, str(ROOT))
 
-TARGET = {"kind": "cuda", "arch": "sm_90a"}
+from benchmarks.gemm_experiment import cuda_source, main, run
+
 NO_WS = {"tl.disable_warp_specialized": True}
 # the seeds of specs/gemm_edge.yaml: the same tile (128 x 128 x 32, 256 threads, 2 stages), the two tail policies
 PREDICATED = "gemm_fp16_nt_128x128x32_t256_s2_predicated_sm90_bfa5d3"
@@ -96,15 +92,6 @@ VARIANTS = [
 ]
 
 
-def cuda_source(func, pass_configs=None) -> str:
-    """The CUDA source TileLang lowers `func` to for sm_90a (CPU)."""
-    import tvm
-    from tvm.target import Target as TvmTarget
-
-    with tvm.transform.PassContext(config=pass_configs or {}), TvmTarget(TARGET):
-        return tilelang.lower(func, target=TARGET).kernel_source
-
-
 def form(src: str) -> str:
     """What a lowered source does: kernels, loads (TMA, cp.async unchecked / checked), warp specialisation."""
     kernels = len(re.findall(r"__global__[^;{]*\{", src))  # definitions, not the forward declarations
@@ -118,83 +105,10 @@ def lower_all(shape=(1000, 1000, 1000)):
         print(f"{name}: {form(cuda_source(make(*shape), configs))}")
 
 
-def run(out, shapes):
-    from concurrent.futures import ThreadPoolExecutor
-
-    import torch
-
-    from codegen.run.bench import Timing, flush_bytes, time_ms
-
-    t0 = time.time()
-
-    def build(job):
-        (M, N, K), (_, make, configs) = job
-        try:
-            return tilelang.compile(make(M, N, K), out_idx=[2], target=TARGET, pass_configs=configs), None
-        except Exception as exc:  # noqa: BLE001 - one variant's failure is its row
-            return None, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-
-    jobs = [(shape, v) for shape in shapes for v in VARIANTS]
-    with ThreadPoolExecutor(8) as pool:
-        built = list(pool.map(build, jobs))
-    compile_s = time.time() - t0
-    print(f"compiled {len(jobs)} kernels in {compile_s:.0f} s", flush=True)
-    flush = torch.empty(flush_bytes(torch.cuda.get_device_properties(0).L2_cache_size, "nvidia"), dtype=torch.uint8,
-                        device="cuda")
-    bench = lambda fn: Timing.of(time_ms(fn, flush)).median_ms
-    rows = []
-    torch.manual_seed(0)
-    for (M, N, K) in shapes:
-        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
-        b = torch.randn(N, K, device="cuda", dtype=torch.float16)
-        ref = a.float() @ b.float().T
-        t_cublas = bench(lambda a=a, b=b: torch.matmul(a, b.T))
-        rows.append({"shape": f"{M}x{N}x{K}", "variant": "cuBLAS (torch.matmul)", "ms": t_cublas, "ok": True})
-        for ((shape, (name, _, _)), (kern, error)) in zip(jobs, built):
-            if shape != (M, N, K):
-                continue
-            row = {"shape": f"{M}x{N}x{K}", "variant": name}
-            if error:
-                rows.append({**row, "error": error})
-                continue
-            try:
-                rel = lambda c, ref=ref: ((c.float() - ref).abs() / (ref.abs() + 1)).max().item()
-                row["err"] = rel(kern(a, b))
-                row["ok"] = row["err"] < 2 ** -6
-                row["control_caught"] = rel(kern(a, b.roll(1, 0))) >= 2 ** -6  # a wrong product must fail the check
-                row["ms"] = bench(lambda kern=kern, a=a, b=b: kern(a, b))
-                row["vs_cublas"] = t_cublas / row["ms"]
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
-            rows.append(row)
-            print(row, flush=True)
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "gemm_tail_sm90.json"), "w") as f:
-        json.dump(rows, f, indent=1)
-    lines = [f"# GEMM at ragged shapes: tail policies and a one-launch specialized form, {torch.cuda.get_device_name()}",
-             "", ("`python3 benchmarks/gemm_tail_sm90.py run` (fp16, C = A @ B^T, 128 x 128 x 32 tiles, 2 stages, L2 "
-                  f"flushed, medians); compiled {len(jobs)} kernels in {compile_s:.0f} s."), "",
-             "| shape | variant | ms | vs cuBLAS | max rel err | ok | control caught | error |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['shape']} | {r['variant']} | {r.get('ms', float('nan')):.4f} | {r.get('vs_cublas', 1.0):.3f}x | "
-                     f"{r.get('err', float('nan')):.2e} | {r.get('ok')} | {r.get('control_caught', '-')} | {r.get('error', '')} |")
-    with open(os.path.join(out, "gemm_tail_sm90.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
-
-
-def main():
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mode", choices=("lower", "run"))
-    ap.add_argument("--out", default="reports/gemm_tail_sm90")
-    ap.add_argument("--shapes", default=SHAPES)
-    args = ap.parse_args()
-    if args.mode == "lower":
-        lower_all()
-    else:
-        run(args.out, [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")])
+def run_shapes(out, shapes):
+    run(out, "gemm_tail_sm90", "GEMM at ragged shapes: tail policies and a one-launch specialized form",
+        "fp16, C = A @ B^T, 128 x 128 x 32 tiles, 2 stages, L2 flushed, medians", shapes, VARIANTS, "float16")
 
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, "gemm_tail_sm90", SHAPES, lower_all, run_shapes)
