@@ -182,6 +182,13 @@ def test_missing_field_points_at_its_mapping():
     assert errors(text) == ["specs/x.yaml:6:7: shapes[0].k: required field is missing [missing]"]
 
 
+def test_a_partial_override_says_an_override_replaces_the_whole_field():
+    text = edit(BASE, "  targets: [gfx942]\n", "  targets: [gfx942, sm_90]\n  overrides:\n    sm_90:\n"
+                "      tiling: {block_m: 128, block_n: 128, threads: 256}\n")
+    assert errors(text) == [("specs/x.yaml:18:15: overrides.sm_90.tiling.block_k: required field is missing (an override "
+                             "replaces the whole `tiling`: give every key of it) [missing]")]
+
+
 def test_missing_or_unknown_op():
     assert errors(edit(BASE, "  op: gemm\n", "")) == [
         "specs/x.yaml:1:3: op: required field is missing (one of: attention, gemm, layernorm, rmsnorm, rope, softmax) [missing]"

@@ -121,7 +121,11 @@ def _pydantic_errors(exc: ValidationError, model: type[BaseModel], entry, doc: S
                                     "unknown_key"))
             continue
         if err["type"] == "missing":
-            errors.append(SpecError(doc.locate(base + path[:-1]), f"{where}: required field is missing", "missing"))
+            hint = ""
+            if len(path) >= 4 and path[0] == "overrides":  # overrides.<target>.<field>.<key>: a partial mapping
+                hint = f" (an override replaces the whole `{path[2]}`: give every key of it)"
+            errors.append(SpecError(doc.locate(base + path[:-1]), f"{where}: required field is missing{hint}",
+                                    "missing"))
             continue
         value = (path[-1] if path else _ABSENT) if is_key else _value_at(entry, path)
         shown = where if value is _ABSENT or isinstance(value, (dict, list)) or is_key else f"{where}={_short(value)}"
