@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU window of a fixed length, spent step by step in the order given: each step is bounded by `timeout` to
 # what is left of WINDOW_S (and its own cap), a step that cannot fit its minimum is skipped with a line saying so,
-# and everything measured comes back under "$OUT" as a few archives, whatever was cut short.
+# and everything measured comes back under "$OUT" as a few archives, whatever was cut short (they are rewritten
+# after every step, so a call the device ends early still returns the steps it finished).
 #
 #   source .gpu/setup.sh && WINDOW_S=560 OUT=$PWD/window bash benchmarks/gpu_window.sh STEP...
 #
@@ -38,9 +39,27 @@ step() {  # step NAME MIN_SECONDS SECONDS command...: run it if MIN_SECONDS fit 
     return
   fi
   echo "== $name (timeout $secs s): $*" | tee -a "$LOG"
-  local s=$SECONDS
+  local s=$SECONDS rc packer
+  # and every 30 s during the step (tune's lockfile grows spec by spec), away from the step's output
+  (while sleep 30 && kill -0 $$ 2>/dev/null; do pack; done) </dev/null >/dev/null 2>&1 &
+  packer=$!
   timeout -k 10 "$secs" "$@" >>"$LOG" 2>&1
-  echo "rc=$? seconds=$((SECONDS - s)) left=$(left)" | tee -a "$LOG"
+  rc=$?
+  pkill -P "$packer" sleep 2>/dev/null
+  kill "$packer" 2>/dev/null
+  wait "$packer" 2>/dev/null
+  echo "rc=$rc seconds=$((SECONDS - s)) left=$(left)" | tee -a "$LOG"
+  pack
+}
+
+pack() {  # the archives of what is measured so far: a call cut off by the device's own limit still returns them
+  find "$R" \( -name '*.png' -o -name '*.csv' \) -delete
+  tar -czf "$OUT/results.tgz.part" -C "$OUT" results && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
+  local paths=() d p
+  for d in $(printf '%s\n' "${projects[@]}" | sort -u); do
+    for p in "$d/tuned" "$d/reports/tune"; do [ -e "$p" ] && paths+=("$p"); done
+  done
+  tar -czf "$OUT/tuned.tgz.part" "${paths[@]}" && mv "$OUT/tuned.tgz.part" "$OUT/tuned.tgz"
 }
 
 nvidia-smi -L 2>&1 | tee -a "$LOG"
@@ -71,11 +90,5 @@ for s in "$@"; do
       echo "== $s: not a step (fa3, layer, classes, tail, main, tune:DIR:SPEC, all[:DIR])" | tee -a "$LOG" ;;
   esac
 done
-find "$R" \( -name '*.png' -o -name '*.csv' \) -delete
-tar -czf "$OUT/results.tgz" -C "$OUT" results && rm -rf "$R"
-paths=()
-for d in $(printf '%s\n' "${projects[@]}" | sort -u); do
-  for p in "$d/tuned" "$d/reports/tune"; do [ -e "$p" ] && paths+=("$p"); done
-done
-tar -czf "$OUT/tuned.tgz" "${paths[@]}"
+pack && rm -rf "$R"
 ls -la "$OUT"

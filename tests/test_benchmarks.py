@@ -260,6 +260,36 @@ def test_gpu_window_runs_the_steps_that_fit_and_skips_the_rest_with_a_reason(tmp
     assert "== bogus: not a step (fa3, layer, classes, tail, main, tune:DIR:SPEC, all[:DIR])" in log
 
 
+def test_gpu_window_archives_each_finished_step_before_the_next(tmp_path):
+    """A call ended from outside during a step (the device's own limit) still returns the archives of the steps
+    before it: the shim of the second step's python3 kills the window's shell."""
+    import os
+    import subprocess
+    import tarfile
+
+    shims, out = tmp_path / "bin", tmp_path / "out"
+    shims.mkdir()
+    pid = tmp_path / "pid"
+    (shims / "nvidia-smi").write_text("#!/bin/sh\n")
+    (shims / "python3").write_text(f"""#!/bin/sh
+case "$*" in
+  *run.py*) mkdir -p "{out}/results/llama_layer" && echo measured > "{out}/results/llama_layer/layer.md" ;;
+  *) kill -9 "$(cat {pid})"; sleep 1 ;;
+esac
+""")
+    for f in shims.iterdir():
+        f.chmod(0o755)
+    env = os.environ | {"PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(out), "WINDOW_S": "400"}
+    script = BENCHMARKS / "gpu_window.sh"
+    done = subprocess.run(["bash", "-c", f'echo $$ > "{pid}"; exec bash "{script}" layer all'], check=False, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == -9, done
+    with tarfile.open(out / "results.tgz") as tgz:
+        assert "results/llama_layer/layer.md" in tgz.getnames()
+    assert (out / "tuned.tgz").is_file()
+    assert "== tune --all in ." in (out / "window.log").read_text()
+
+
 def test_one_launch_tail_experiment_drops_the_interior_checks_under_its_branch():
     """benchmarks/gemm_tail_sm90.py's one-launch form of `tail: specialized`, lowered for sm_90a at a ragged shape:
     one kernel, whole tiles loading without bounds checks and the edge tiles with them, both pipelined (cp.async,
