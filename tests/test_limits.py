@@ -112,7 +112,8 @@ def test_attention_batch_is_grid_z():
 
 
 def test_gemm_specialized_edge_grids_are_checked():
-    spec = edit(edit(GEMM, "targets: [sm_90]", "targets: [sm_90]\n  tail: specialized"), "m: 8388736, n: 256", "m: 8388609, n: 128")
+    spec = edit(edit(GEMM, "targets: [sm_90]", "targets: [sm_90]\n  tail: specialized"),
+                "m: 8388736, n: 256, k: 256", "m: 8388609, n: 128, k: 128")
     # interior 65536 row blocks along y; the bottom edge launches along x, the right edge has none (n whole)
     assert errors(spec) == ["specs/x.yaml:7:7: shapes[1]: grid y = 65536 exceeds sm_90's limit 65535 [grid_limit]"]
 
@@ -254,6 +255,28 @@ def test_specialized_gemm_edge_offset_past_int32_is_refused():
     assert _valid(edit(SPECIALIZED, "m: 32771", "m: 32767"))  # 255 whole blocks: the edge starts at 2139095040
     assert _valid(edit(SPECIALIZED, "m: 32771", "m: 65536"))  # no bottom edge at all
     assert _valid(edit(SPECIALIZED, "tail: specialized", "tail: predicated"))
+
+
+@pytest.mark.parametrize(("layout", "shape", "message", "valid_layout"), [
+    ("nt", "{m: 65537, n: 256, k: 65600}", "bottom-edge kernel starts at element 4299161600 of A ((m // block_m * block_m) * k)",
+     "tn"),
+    ("nt", "{m: 256, n: 65537, k: 65600}", "right-edge kernel starts at element 4299161600 of B ((n // block_n * block_n) * k)",
+     "nn"),
+    ("nn", "{m: 256, n: 65536, k: 32801}", ("interior kernel starts at element 2149580800 of B ((k // block_k * block_k) * n, "
+                                           "its last K tile)"), "nt"),
+    ("tn", "{m: 65536, n: 256, k: 32801}", ("interior kernel starts at element 2149580800 of A ((k // block_k * block_k) * m, "
+                                           "its last K tile)"), "nt"),
+], ids=["nt-A-bottom", "nt-B-right", "nn-B-last-k", "tn-A-last-k"])
+def test_specialized_operand_edge_offsets_past_int32_are_refused(layout, shape, message, valid_layout):
+    """The edges of A and B as well as C's: with `tail: specialized` each of these shapes fails to lower (TileLang's
+    int32 literal check: the first two and the nn one were lowered to see it); the same shape in a layout where
+    that edge's offset is a column index is valid."""
+    def spec(layout):
+        return edit(edit(SPECIALIZED, "layout: nt", f"layout: {layout}"), "{m: 32771, n: 65536, k: 255}", shape)
+
+    assert errors(spec(layout)) == [(f"specs/x.yaml:6:7: shapes[0]: the specialized {message}, past the int32 literals "
+                                    "TileLang lowers: use tail: predicated [index_width]")]
+    assert _valid(spec(valid_layout))
 
 
 def test_the_index_width_rule_is_what_tilelang_fails_on():

@@ -476,20 +476,36 @@ INT32_LITERAL_LIMIT = 2**31  # TileLang checks every integer literal of an int32
 
 
 def edge_offset_index_width(c: GemmContext) -> Iterator[Violation]:
-    """Rule index_width: the `specialized` bottom-edge kernel's first element of C, (m // block_m * block_m)
-    * n, is a compile-time literal, and TileLang (0.1.x) fails to lower an index literal >= 2**31 ("Literal
-    value 2147483648 exceeds maximum of int32", seen lowering m=32771, n=65536 on both targets) instead of
-    widening it. `predicated` and `none` index C through int64 there (tests/test_limits.py reads it)."""
+    """Rule index_width: the `specialized` kernels start their edges at compile-time offsets, and TileLang (0.1.x)
+    fails to lower an index literal >= 2**31 ("Literal value 2147483648 exceeds maximum of int32", seen lowering
+    m=32771, n=65536 on both targets) instead of widening it. The literals are a first row, column or K index
+    times its row length: the bottom edge's first row m0 = m // block_m * block_m (of C, m0 * n; of A stored M x K,
+    m0 * k), the right edge's first column n0 (of B stored N x K, n0 * k) and the interior's guarded last K tile
+    k0 (of A stored K x M, k0 * m; of B stored K x N, k0 * n). `predicated` and `none` index through int64 there
+    (tests/test_limits.py reads it)."""
     if c.spec.tail != TailPolicy.SPECIALIZED:
         return
-    bm = c.tuning.tiling.block_m
+    t, layout = c.tuning.tiling, c.spec.layout
     for i, s in enumerate(c.spec.shapes):
-        start = s.m // bm * bm * s.n
-        if s.m % bm and start >= INT32_LITERAL_LIMIT:
+        m0, n0, k0 = s.m // t.block_m * t.block_m, s.n // t.block_n * t.block_n, s.k // t.block_k * t.block_k
+        starts = []  # (the edge kernel, the operand, its first element, how it is counted)
+        if s.m % t.block_m:
+            starts.append(("bottom-edge", "C", m0 * s.n, "(m // block_m * block_m) * n"))
+            if not layout.trans_a:
+                starts.append(("bottom-edge", "A", m0 * s.k, "(m // block_m * block_m) * k"))
+        if s.n % t.block_n and m0 and layout.trans_b:
+            starts.append(("right-edge", "B", n0 * s.k, "(n // block_n * block_n) * k"))
+        if s.k % t.block_k and m0 and n0:
+            if layout.trans_a:
+                starts.append(("interior", "A", k0 * s.m, "(k // block_k * block_k) * m, its last K tile"))
+            if not layout.trans_b:
+                starts.append(("interior", "B", k0 * s.n, "(k // block_k * block_k) * n, its last K tile"))
+        past = [x for x in starts if x[2] >= INT32_LITERAL_LIMIT]
+        if past:
+            kernel, operand, start, formula = max(past, key=lambda x: x[2])
             yield Violation(rule="index_width", path=("shapes", i), value=None,
-                            message=f"the specialized bottom-edge kernel starts at element {start} of C "
-                                    f"((m // block_m * block_m) * n), past the int32 literals TileLang lowers: "
-                                    "use tail: predicated")
+                            message=f"the specialized {kernel} kernel starts at element {start} of {operand} "
+                                    f"({formula}), past the int32 literals TileLang lowers: use tail: predicated")
 
 
 def gemv_shape(c: GemmContext) -> Iterator[Violation]:
