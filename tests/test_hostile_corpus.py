@@ -233,7 +233,7 @@ def _space(lengths: list[int]) -> dict:
     if len(lengths) > 4:
         block["pipeline"] = {"stages": list(range(lengths[4]))}
     if len(lengths) > 5:
-        block["unroll"] = [2**i for i in range(lengths[5])]
+        block["unroll"] = list(range(1, lengths[5] + 1))
     return {"sm_90": block}
 
 

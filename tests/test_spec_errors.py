@@ -177,6 +177,15 @@ def test_sizes_out_of_range(old, new, message):
     assert errors(edit(BASE, old, new)) == [message]
 
 
+def test_unroll_is_bounded_where_it_is_written_and_in_a_search_list():
+    """A typo of unroll: 4096 would compile the K step 4096 times (minutes and gigabytes): refused, at its line."""
+    text = edit(edit(BASE, "  tail: none\n", "  unroll: 65\n  tail: none\n"), "stages: 2", "stages: 1")
+    assert errors(text) == [("specs/x.yaml:14:11: unroll=65: at most 64: the loop body is compiled that many times over "
+                            "(larger factors only grow the kernel and its compile time) [unroll_limit]")]
+    assert errors(edit(text, "unroll: 65", "unroll: 64")) == [
+        "specs/x.yaml:14:11: unroll=64: shapes[0].k=256 is not a multiple of block_k*unroll=2048 [unroll_divides]"]
+
+
 def test_missing_field_points_at_its_mapping():
     text = edit(BASE, "{m: 256, n: 256, k: 256}", "{m: 256, n: 256}")
     assert errors(text) == ["specs/x.yaml:6:7: shapes[0].k: required field is missing [missing]"]

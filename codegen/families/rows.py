@@ -26,6 +26,7 @@ from codegen.families.spec import (
     RowDTypes,
     TailPolicy,
     ToleranceScale,
+    Unroll,
     int_choice,
     tunable_paths,
     with_knobs,
@@ -54,7 +55,7 @@ ROW_KNOBS: tuple[Knob, ...] = (
     Knob(name="threads", type=PositiveInt, doc="threads per workgroup (shared by its `pack` rows)"),
     Knob(name="vector", type=Vector, default=8,
          doc="elements per thread per load (one 16-byte load for fp16/bf16 at 8)"),
-    Knob(name="unroll", type=PositiveInt, default=1, doc="unroll factor of the streaming column loops (T.unroll)"),
+    Knob(name="unroll", type=Unroll, default=1, doc="unroll factor of the streaming column loops (T.unroll)"),
     Knob(name="variant", declares_field=False),  # each family's own StrEnum, declared by its spec model
     Knob(name="tail", type=TailPolicy, default=TailPolicy.NONE, doc="none | predicated | specialized"),
     Knob(name="peel", type=StrictBool, default=False,

@@ -76,6 +76,20 @@ def int_choice(*values: int) -> Any:
 
 
 PositiveInt = Annotated[StrictInt, Field(gt=0), AfterValidator(_int32)]
+
+# a loop's unroll factor: the compiler replicates the body that many times (a GEMM K step, a row's column chunk),
+# and past a few dozen copies it only grows the kernel -- a compile of thousands takes minutes and gigabytes
+MAX_UNROLL = 64
+
+
+def _unroll(value: int) -> int:
+    if value > MAX_UNROLL:
+        raise PydanticCustomError("unroll_limit", f"at most {MAX_UNROLL}: the loop body is compiled that many times "
+                                  "over (larger factors only grow the kernel and its compile time)")
+    return value
+
+
+Unroll = Annotated[StrictInt, Field(gt=0), AfterValidator(_unroll)]
 NonNegativeInt = Annotated[StrictInt, Field(ge=0), AfterValidator(_int32)]
 # a number > 0 that is finite (inf and nan are refused [finite_number]) and a normal fp32 [fp32_range]
 PositiveFp32 = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False), AfterValidator(_fp32)]

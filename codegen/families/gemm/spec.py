@@ -23,6 +23,7 @@ from codegen.families.spec import (
     TailPolicy,
     TargetOnly,
     ToleranceScale,
+    Unroll,
     int_choice,
     override_model,
     resolve_tuning,
@@ -263,7 +264,7 @@ class Tiling(Model):
 GEMM_KNOBS: tuple[Knob, ...] = (
     Knob(name="tiling", type=Tiling, doc="the block tile (block_m x block_n x block_k), its threads and warp policy"),
     Knob(name="pipeline", type=Pipeline, default=Pipeline(), doc="K-loop stages: 0/1 one LDS buffer, 2+ overlapped"),
-    Knob(name="unroll", type=PositiveInt, default=1, doc="K-loop unroll factor (only with stages <= 1)"),
+    Knob(name="unroll", type=Unroll, default=1, doc="K-loop unroll factor (only with stages <= 1)"),
     Knob(name="swizzle_panel", type=NonNegativeInt, default=0,
          doc="0 = off; else a power of two: the block rasterization panel for L2 reuse"),
     Knob(name="k_pack", type=int_choice(1, 2), default=1, takes=K_PACK.takes,
