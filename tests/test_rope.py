@@ -91,6 +91,20 @@ def test_vector_must_divide_both_parts_of_the_head():
     assert build_instances(parse_specs(edit(neox, "tail: none", "tail: predicated"), FILE))
 
 
+def test_a_thread_s_unrolled_items_are_bounded():
+    """The item loops are unrolled: 1024 + 1024 heads of 128 rotation pairs of one element over 64 threads would be
+    4096 copies of the code per thread (a compile of minutes and gigabytes): refused; 64 items per thread pass."""
+    many = edit(edit(BASE, "heads: 32, kv_heads: 8", "heads: 1024, kv_heads: 1024"), "vector: 8", "vector: 1")
+    assert errors(many) == [
+        ("specs/x.yaml:5:7: shapes[0]: 2048 items per thread (rotation and pass-through vectors of (heads + kv_heads) "
+         "heads over threads=64), over the 64 its unrolled loops take: more threads or a wider vector [rope_items]")]
+    # 256 + 256 heads x 8 pairs of 8 elements = 4096 items over 64 threads: 64 each, the most taken
+    assert build_instances(parse_specs(edit(BASE, "heads: 32, kv_heads: 8", "heads: 256, kv_heads: 256"), FILE))
+    assert errors(edit(BASE, "heads: 32, kv_heads: 8", "heads: 264, kv_heads: 264")) == [
+        ("specs/x.yaml:5:7: shapes[0]: 66 items per thread (rotation and pass-through vectors of (heads + kv_heads) "
+         "heads over threads=64), over the 64 its unrolled loops take: more threads or a wider vector [rope_items]")]
+
+
 def test_threads_and_tail_policy():
     assert errors(edit(BASE, "threads: 64", "threads: 96")) == [
         "specs/x.yaml:8:12: threads=96: must be a multiple of the 64-lane wavefront on gfx942 [wave_multiple]",

@@ -111,8 +111,30 @@ def rope_tail_policy(c: RopeContext) -> Iterator[Violation]:
                                         f"head) is not a multiple of threads={spec.threads}: set tail: predicated")
 
 
+# the item loops are unrolled: a thread's items are that many copies of the load, rotate and store code
+MAX_ITEMS_PER_THREAD = 64
+
+
+def rope_items_per_thread(c: RopeContext) -> Iterator[Violation]:
+    """Rule rope_items: every item loop is fully unrolled, so a thread's items of one token are copies of the
+    code, each holding its vectors in registers; past MAX_ITEMS_PER_THREAD the compile takes minutes and
+    gigabytes (8192 items a thread did not finish in 5 minutes) and the kernel would not run well anyway."""
+    spec = c.spec
+    if spec.rotary_dim % 2 or spec.rotary_dim > spec.head_dim or (spec.rotary_dim // 2) % spec.vector \
+            or (spec.head_dim - spec.rotary_dim) % spec.vector or spec.threads <= 0:
+        return  # rotary_dim / vector_width report it
+    for i, s in enumerate(spec.shapes):
+        items = -(-rotation_items(spec, s) // spec.threads) + -(-pass_items(spec, s) // spec.threads)
+        if items > MAX_ITEMS_PER_THREAD:
+            yield Violation(rule="rope_items", path=("shapes", i), value=None,
+                            message=f"{items} items per thread (rotation and pass-through vectors of "
+                                    f"(heads + kv_heads) heads over threads={spec.threads}), over the "
+                                    f"{MAX_ITEMS_PER_THREAD} its unrolled loops take: more threads or a wider vector")
+
+
 ROPE_RULES: tuple[RopeRule, ...] = (
     rope_dtype_supported, rope_wave_multiple, rope_rotary_dim, rope_vector_width, rope_gqa_heads, rope_tail_policy,
+    rope_items_per_thread,
 )
 
 
