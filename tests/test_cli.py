@@ -117,6 +117,32 @@ def test_gen_leaves_existing_files_alone_when_any_spec_is_bad(project: Path):
     assert tree(project) == before
 
 
+@pytest.mark.parametrize("blocked", ["workloads_folder", "generated_file", "module_folder"])
+def test_gen_refuses_a_blocked_output_layout_before_writing_anything(project: Path, blocked):
+    """A folder where gen writes a file, or a file where it writes a folder: one line naming it, exit 1, and the
+    tree as it was (no module written before the refusal); a folder named like a stale module is not pruned."""
+    shutil.rmtree(project / "generated")
+    if blocked == "workloads_folder":
+        (project / "generated" / "workloads.json").mkdir(parents=True)
+        line = "error: cannot write generated/workloads.json: it is a folder (move it away; gen writes a file there)"
+    elif blocked == "generated_file":
+        (project / "generated").write_text("x\n")
+        line = "error: cannot write generated/gfx942/attention: generated is not a folder (move it away; gen writes its files under it)"
+    else:
+        module = Project().rendered()[0].path
+        (project / module).mkdir(parents=True)
+        line = f"error: cannot write {module}: it is a folder (move it away; gen writes a file there)"
+    before = tree(project)
+    result = invoke("gen")
+    assert (result.exit_code, result.stderr.splitlines()) == (1, [line])
+    assert tree(project) == before
+    if blocked == "module_folder":
+        shutil.rmtree(project / module)
+        stray = project / module.parent / "not_a_module.py"
+        stray.mkdir()
+        assert invoke("gen").exit_code == 0 and stray.is_dir()
+
+
 def test_gen_into_an_empty_tree_then_check(project: Path):
     shutil.rmtree(project / "generated")
     result = invoke("gen")

@@ -52,9 +52,19 @@ class Project:
         return list(paths) if paths else [self.path(p) for p in self.config.specs]
 
     def _confine_outputs(self, files: list[RenderedFile], prune_dirs: set[PurePosixPath], index: bool) -> None:
-        """Every file gen writes or compares, and every folder it prunes, stays inside the project."""
-        for rel in sorted({f.path for f in files} | prune_dirs | ({WORKLOADS_FILE} if index else set())):
-            self.path(rel)
+        """Every file gen writes or compares, and every folder it prunes, stays inside the project; and can be
+        written there -- a file where a folder belongs, or a folder where a file does, is refused before anything
+        is written, so gen writes all its files or none."""
+        outputs = {f.path for f in files} | ({WORKLOADS_FILE} if index else set())
+        for rel in sorted(outputs | prune_dirs):
+            path = self.path(rel)
+            folders = [*reversed(PurePosixPath(rel).parents[:-1])] + ([PurePosixPath(rel)] if rel in prune_dirs else [])
+            for folder in folders:
+                if (self.root / folder).exists() and not (self.root / folder).is_dir():
+                    raise TilegenError(f"cannot write {rel}: {folder} is not a folder (move it away; gen writes "
+                                       f"its files under it)")
+            if rel in outputs and path.is_dir():
+                raise TilegenError(f"cannot write {rel}: it is a folder (move it away; gen writes a file there)")
 
     def instances(self, paths: list[Path] | None = None, targets: list[Target] | None = None) -> list[KernelInstance]:
         loaded = load_spec_files(self.spec_paths(paths), self.root)

@@ -220,7 +220,8 @@ def _existing(root: Path, dirs: set[PurePosixPath]) -> set[PurePosixPath]:
     out = set()
     for d in dirs:
         for p in (root / d).glob("*.py"):
-            out.add(PurePosixPath(p.relative_to(root).as_posix()))
+            if p.is_file() or p.is_symlink():  # a folder so named is not a module gen wrote
+                out.add(PurePosixPath(p.relative_to(root).as_posix()))
     return out
 
 
