@@ -182,6 +182,23 @@ def _staged(cache: BuildCache, key: str, files: dict[str, str]) -> Path:
         return cache.publish(key, stage, {"test": True})
 
 
+def test_a_cache_folder_that_cannot_be_written_is_one_error_before_any_build(tmp_path, monkeypatch):
+    """--cache-dir naming a file (or under one): build_files refuses it in one line, before it plans or starts a
+    worker (each worker would otherwise fail its kernel on the same folder)."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(TilegenError, match=rf"^build cache {blocker}: cannot write {blocker}/entries: Not a directory$"):
+        BuildCache(blocker).open()
+    BuildCache(tmp_path / "fresh").open()  # the negative control: a folder that can be made
+    assert sorted(p.name for p in (tmp_path / "fresh").iterdir()) == ["entries", "locks", "logs", "staging"]
+    assert not list((tmp_path / "fresh").rglob(".probe.*"))
+    monkeypatch.setattr(build_mod, "find_toolchain", lambda *a, **k: None)
+    monkeypatch.setattr(build_mod, "plan", lambda *a, **k: pytest.fail("planned past a cache it cannot write"))
+    f = next(f for f in SM90_FILES if f.instance.op == "rope")
+    with pytest.raises(TilegenError, match="cannot write"):
+        build_files([f], ROOT, BuildOptions(cache_dir=blocker / "cache"))
+
+
 def test_cache_miss_publish_hit(tmp_path):
     cache = BuildCache(tmp_path)
     key = cache_key({"uri": "x", "shape": [1, 2, 3]})

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from codegen.core.errors import TilegenError
+
 CACHE_FORMAT = 1
 MANIFEST = "manifest.json"
 STALE_STAGING_S = 6 * 3600  # a staging folder not named by a key (an older layout) is removed at this age
@@ -123,6 +125,18 @@ class BuildCache:
             shutil.rmtree(trash, ignore_errors=True)
         os.replace(staged, dest)
         return dest
+
+    def open(self) -> None:
+        """Create the cache's folders, or say in one error why they cannot be (a --cache-dir that is a file, a
+        read-only place), before any build starts -- not once per kernel from the workers."""
+        for sub in ("entries", "locks", "logs", "staging"):
+            folder = self.root / sub
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                probe = tempfile.NamedTemporaryFile(dir=folder, prefix=".probe.", delete=True)  # noqa: SIM115
+                probe.close()
+            except OSError as exc:
+                raise TilegenError(f"build cache {self.root}: cannot write {folder}: {exc.strerror or exc}") from None
 
     def sweep_staging(self) -> None:
         """Remove the staging folders no writer is using: those whose key's lock is free (left by a

@@ -411,6 +411,7 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
     targets = sorted({f.instance.target for f in files})
     toolchains = {t: find_toolchain(t, root, gfx942_env=opts.gfx942_env) for t in targets}
     cache = BuildCache(opts.cache_dir or confined(root, root / ".cache" / "build"))
+    cache.open()
     cache.sweep_staging()
     jobs = plan(files, toolchains, cache, first_shape=opts.first_shape)
     results: dict[str, BuildResult] = {}
