@@ -143,6 +143,43 @@ def test_gen_refuses_a_blocked_output_layout_before_writing_anything(project: Pa
         assert invoke("gen").exit_code == 0 and stray.is_dir()
 
 
+def test_a_kernel_named_twice_is_selected_once_with_the_shapes_asked():
+    """build/lower/verify NAME...: a name repeated, or a kernel named by its URI and by a spec, is one kernel (its
+    shapes those of every spec named, or all of them where its URI is named)."""
+    from codegen.core.hardware import Target
+
+    p = Project()
+    shared = next(f for f in p.rendered(targets=[Target.SM_90]) if len(set(f.names)) > 1)
+    first, second = sorted(set(shared.names))[:2]
+
+    def picked(*names):
+        return [(f.uri, f.instance.shapes) for f in p.select(list(names), all_=False, targets=[Target.SM_90])
+                if f.uri == shared.uri]
+
+    one = picked(first)
+    assert picked(first, first) == one and len(one) == 1
+    assert picked(first, second) == [(shared.uri, shared.for_specs({first, second}).instance.shapes)]
+    assert picked(first, shared.uri) == picked(shared.uri) == [(shared.uri, shared.instance.shapes)]
+
+
+def test_a_name_of_other_targets_says_so(project: Path):
+    result = invoke("build", "rope_fp16_llama3_8b", "-t", "gfx950")
+    assert (result.exit_code, result.stderr.strip()) == (
+        1, "error: 'rope_fp16_llama3_8b' has no kernel for gfx950 (its targets: gfx942, sm_90)")
+    result = invoke("build", "no_such_kernel", "-t", "sm_90")
+    assert result.stderr.strip() == "error: no kernel named 'no_such_kernel' (see `tilegen list`)"
+
+
+def test_a_file_system_error_is_one_line(project: Path, tmp_path: Path):
+    """An --out that is a file: the OS error in one line, exit 1, never a traceback."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    result = invoke("lower", "rope_fp16_llama3_8b", "-t", "sm_90", "--out", str(blocker))
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: Not a directory: {blocker}/sm_90/rope_fp16_d128"), line
+
+
 def test_gen_into_an_empty_tree_then_check(project: Path):
     shutil.rmtree(project / "generated")
     result = invoke("gen")

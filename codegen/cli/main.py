@@ -46,7 +46,8 @@ from codegen.generate.starter import starter_spec
 class _Commands(TyperGroup):
     """Ctrl-C ends any command with one line and exit code 130 (click would print "Aborted!" and
     exit 1); SIGTERM and SIGHUP the same way, with 143 and 129. Worker processes were stopped on the way
-    out (codegen.core.workers)."""
+    out (codegen.core.workers). A file-system error no command turned into its own message (an --out that is a
+    file, a folder that cannot be written) is one line and exit code 1, not a traceback."""
 
     def invoke(self, ctx):
         try:
@@ -55,6 +56,10 @@ class _Commands(TyperGroup):
             line, code = stop_message(exc)
             err.print(line, markup=False)
             raise typer.Exit(code) from None
+        except OSError as exc:  # a path the command was given or keeps that cannot be read or written: one line
+            where = f": {exc.filename}" if exc.filename else ""
+            err.print(f"error: {exc.strerror or exc}{where}", markup=False)
+            raise typer.Exit(1) from None
 
 
 # add_completion: typer's own --install-completion / --show-completion (bash, zsh, fish, PowerShell)

@@ -133,13 +133,30 @@ class Project:
             return files
         if not names:
             raise TilegenError("name a kernel (spec name or URI) or pass --all")
-        chosen = []
-        for n in names:
-            hits = [f for f in files if f.uri == n] or [f.for_spec(n) for f in files if n in f.names]
+        # by URI, once however often it is named: its whole file (named by URI), or the shapes of the specs named
+        by_uri = {f.uri: f for f in files}
+        chosen: dict[str, set[str] | None] = {}  # URI -> the spec names asked (None: every shape)
+        for n in dict.fromkeys(names):
+            if n in by_uri:
+                chosen[n] = None
+                continue
+            hits = [f.uri for f in files if n in f.names]
             if not hits:
-                raise TilegenError(f"no kernel named '{n}' (see `tilegen list`)")
-            chosen.extend(hits)
-        return chosen
+                raise TilegenError(self._not_found(n, targets))
+            for uri in hits:
+                if chosen.get(uri, set()) is not None:
+                    chosen[uri] = chosen.get(uri, set()) | {n}
+        return [by_uri[u] if specs is None else by_uri[u].for_specs(specs) for u, specs in chosen.items()]
+
+    def _not_found(self, name: str, targets: list[Target] | None) -> str:
+        """Why `name` selects nothing: a spec or kernel of other targets than those asked, or no such name."""
+        if targets:
+            elsewhere = sorted({f.instance.target.value for f in self.rendered(None, None)
+                                if f.uri == name or name in f.names})
+            if elsewhere:
+                return (f"'{name}' has no kernel for {', '.join(t.value for t in targets)} (its targets: "
+                        f"{', '.join(elsewhere)})")
+        return f"no kernel named '{name}' (see `tilegen list`)"
 
     def lower(self, files: list[RenderedFile], *, all_shapes: bool = True) -> list[LoweredKernel]:
         out = []

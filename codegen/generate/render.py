@@ -65,7 +65,11 @@ class RenderedFile:
 
     def for_spec(self, name: str) -> RenderedFile:
         """This kernel with only the shapes spec `name` asked for (its workload when selected by that name)."""
-        return self._with(tuple(s for s in self.specs if s.name == name))  # its hand configuration, tuned shapes, or both
+        return self.for_specs({name})
+
+    def for_specs(self, names: set[str]) -> RenderedFile:
+        """This kernel with only the shapes the specs `names` asked for."""
+        return self._with(tuple(s for s in self.specs if s.name in names))  # hand configuration, tuned shapes, or both
 
     def _with(self, refs: tuple[SpecRef, ...]) -> RenderedFile:
         """This kernel asked for by `refs` only, at their shapes."""
