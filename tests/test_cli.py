@@ -170,6 +170,13 @@ def test_a_name_of_other_targets_says_so(project: Path):
     assert result.stderr.strip() == "error: no kernel named 'no_such_kernel' (see `tilegen list`)"
 
 
+@pytest.mark.parametrize("command", ["verify", "bench", "tune", "profile"])
+def test_timeout_is_a_finite_number_of_seconds(project: Path, command):
+    for value in ("0", "-1", "nan", "inf"):
+        result = invoke(command, "rope_fp16_llama3_8b", "--timeout", value)
+        assert result.exit_code == 2 and "must be a finite number of seconds > 0" in result.output, (value, result.output)
+
+
 def test_a_file_system_error_is_one_line(project: Path, tmp_path: Path):
     """An --out that is a file: the OS error in one line, exit 1, never a traceback."""
     blocker = tmp_path / "a_file"

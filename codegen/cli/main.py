@@ -259,7 +259,16 @@ def new_gemm(
 
 
 Jobs = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel compile processes (default: all cores).")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one kernel case may take before its worker is killed.")]
+def _seconds(value: float) -> float:
+    """A --timeout: a finite number of seconds > 0 (0, a negative number or nan would kill every case at once or
+    none ever)."""
+    if not (value > 0 and value != float("inf")):
+        raise typer.BadParameter(f"{value}: must be a finite number of seconds > 0")
+    return value
+
+
+Timeout = Annotated[float, typer.Option("--timeout", callback=_seconds,
+                                        help="Seconds one kernel case may take before its worker is killed.")]
 Gpus = Annotated[int | None, typer.Option(
     "--gpus", min=1, help="Spread the cases over this many GPUs of the model present, one worker each (default: all).",
     show_default=False)]
@@ -305,7 +314,7 @@ def profile(
         "--out", help="Write the report files into this folder itself (default: <project>/reports/<device>/profile/).",
         show_default=False)] = None,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Profile the torch baselines too.")] = True,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds one profiler run may take.")] = 900.0,
+    timeout: Annotated[float, typer.Option("--timeout", callback=_seconds, help="Seconds one profiler run may take.")] = 900.0,
 ) -> None:
     """Profile one kernel and its torch baselines on the GPU present (ncu on NVIDIA, rocprofv3 on AMD).
 
