@@ -203,6 +203,14 @@ def test_a_list_of_blocks_has_its_own_space_hash():
      "target out [empty_search]")),
     ("      - tiling: {block_m: [128]}\n", "      - 7\n      - tiling: {block_m: [128]}\n",
      "specs/x.yaml:12:9: search.gfx942[1]=7: must be a mapping [model_type]"),
+    ("      - tiling: {block_m: [128]}\n        pipeline: {stages: [1, 2]}\n        unroll: [1, 2]\n",
+     "      - tiling: {}\n",
+     "specs/x.yaml:12:9: search.gfx942[1]: a block that lists no tunable: give at least one, or leave it out [empty_search]"),
+    ("""      - tiling: {block_m: [64, 128], block_k: [32, 256]}
+      - tiling: {block_m: [128]}
+        pipeline: {stages: [1, 2]}
+        unroll: [1, 2]
+""", "      {}\n", "specs/x.yaml:11:7: search.gfx942: a block that lists no tunable: give at least one, or leave it out [empty_search]"),
 ])
 def test_a_list_of_blocks_reports_each_block_s_errors_once(old, new, expected):
     assert errors(edit(UNION, old, new)) == [expected]

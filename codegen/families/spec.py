@@ -241,12 +241,20 @@ def _some_blocks(blocks: list) -> list:
     return blocks
 
 
+def _some_tunable(block: BaseModel) -> BaseModel:
+    if not search_values(block):
+        raise PydanticCustomError("empty_search", "a block that lists no tunable: give at least one, or leave it out")
+    return block
+
+
 def search_entry(block: type[BaseModel]) -> object:
-    """The type of `search.<target>`: one block, or a non-empty list of blocks. The list or mapping picks the
-    member (a discriminator), so a wrong block is reported once, as a block's error, not also as "must be a
-    list"; the tags are not keys of the entry, so error paths leave them out (codegen.spec.load._user_path)."""
-    return Annotated[Annotated[block, Tag("one block")]
-                     | Annotated[list[block], AfterValidator(_some_blocks), Tag("list of blocks")],
+    """The type of `search.<target>`: one block, or a non-empty list of blocks, each listing at least one tunable.
+    The list or mapping picks the member (a discriminator), so a wrong block is reported once, as a block's error,
+    not also as "must be a list"; the tags are not keys of the entry, so error paths leave them out
+    (codegen.spec.load._user_path)."""
+    one = Annotated[block, AfterValidator(_some_tunable)]
+    return Annotated[Annotated[one, Tag("one block")]
+                     | Annotated[list[one], AfterValidator(_some_blocks), Tag("list of blocks")],
                      Discriminator(_search_tag)]
 
 
