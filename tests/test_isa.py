@@ -250,3 +250,20 @@ def test_committed_sm90_report_reads_the_ptx_on_every_machine():
     doc = json.loads((ROOT / "reports" / "static" / "sm_90.json").read_text())
     blocks = [k["isa"] for b in doc["builds"] for k in b["kernels"]]
     assert blocks and all(i["source"] == "ptx" and i["sass"] == SASS_NOT_READ for i in blocks)
+
+
+def test_attention_decode_s_combine_kernel_is_checked_at_the_width_it_loads():
+    """The combine kernel after the splits loads fp32 partials combine_vec at a time (4 bytes by default, 16 with
+    combine_vec 4): checked at that width, not at the 16 bytes of the main loop's tiles, so a default decode spec
+    gets no vector_loads warning it did not ask for; prefill and the fixup combine have one kernel at 16."""
+    from codegen.targets.base import load_widths
+
+    files = {f.uri: f for f in Project().rendered(targets=[Target.SM_90])}
+
+    def widths(pred):
+        inst = next(f.instance for f in files.values() if f.instance.op == "attention" and pred(f.instance))
+        return list(load_widths(inst, ["k_kernel", "k_kernel_1"]).values())
+
+    assert widths(lambda i: i.variant.value == "decode" and not i.fixup and i.combine_vec is None) == [16, 4]
+    assert widths(lambda i: i.variant.value == "decode" and i.combine_vec == 4) == [16, 16]
+    assert widths(lambda i: i.variant.value == "prefill") == [16, 16]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from codegen.build.compile import BuildOptions, build
 from codegen.core.errors import TilegenError
-from codegen.targets.base import vector_checked_symbols
+from codegen.targets.base import load_widths
 from codegen.targets.sm90 import HW, find_nvcc  # the sm_90 target's cubins are read: its record names the target
 from codegen.targets.sm90_sass import SassKernel, cuobjdump_sass, find_cuobjdump, parse_sass, sass_vector_warnings
 
@@ -43,9 +43,8 @@ def run_sass(project, names: list[str], all_: bool, *, cache_dir: Path | None = 
         entry = Path(r.entry) if Path(r.entry).is_absolute() else project.root / r.entry
         inst = files[r.uri].instance
         kernels = parse_sass(cuobjdump_sass(tool, entry / "kernel.cubin"))
-        checked = vector_checked_symbols(inst, [k.symbol for k in kernels])
-        rows = tuple((k, tuple(sass_vector_warnings(k, inst.global_load_bytes() if k.symbol in checked else None)))
-                     for k in kernels)
+        widths = load_widths(inst, [k.symbol for k in kernels])
+        rows = tuple((k, tuple(sass_vector_warnings(k, widths[k.symbol]))) for k in kernels)
         builds.append(SassBuild(uri=r.uri, shape=tuple(r.shape), kernels=rows))
     builds.sort(key=lambda b: (b.uri, b.shape))
     doc = {"target": HW.target.value, "source": "sass (cuobjdump -sass of the built cubins)",

@@ -28,10 +28,10 @@ from codegen.targets.base import (
     Launch,
     ReportParseError,
     TargetSpec,
+    load_widths,
     read_launches,
     run_compiler,
     smoke_check,
-    vector_checked_symbols,
 )
 
 # ---- toolchain ------------------------------------------------------------------------------------
@@ -329,13 +329,13 @@ def read_kernels(hw: Hardware, entry: Path, inst) -> tuple[AmdKernel, ...]:
         raise ReportParseError(f"kernel.s is {arch} assembly, not {hw.tilelang_target['mcpu']}")
     asm = parse_asm(text, hw.lds_banks)
     launches = read_launches(entry, inst, [a.symbol for a in asm], {a.symbol: a.max_threads for a in asm})
-    checked = vector_checked_symbols(inst, [a.symbol for a in asm])
+    widths = load_widths(inst, [a.symbol for a in asm])
     kernels = []
     for a in asm:
         launch = launches[a.symbol]
         waves, by_lds = waves_per_simd(hw, occupancy_regs=a.occupancy_regs, threads=launch.threads,
                                        lds_bytes=a.lds_static_bytes + launch.dynamic_lds_bytes, wave_lanes=a.wave_lanes)
-        expected = inst.global_load_bytes() if a.symbol in checked else None
+        expected = widths[a.symbol]
         kernels.append(AmdKernel(asm=a, launch=launch, waves_per_simd=waves, waves_per_simd_lds=by_lds,
                                  expected_load_bytes=expected, warnings=tuple(vector_warnings(a.isa, expected))))
     return tuple(kernels)

@@ -115,7 +115,7 @@ def read_launches(entry: Path, inst, symbols: list[str], default_threads: dict[s
 
 def vector_checked_symbols(inst, symbols: list[str]) -> set[str]:
     """The kernels whose global loads are checked against the width the spec meant
-    (`inst.global_load_bytes()`): all of them, except the edge kernels of a specialized tail, which
+    (`expected_load_bytes`): all of them, except the edge kernels of a specialized tail, which
     handle the ragged rest and may load narrower by design (the interior kernel comes first), and the staging
     kernels of a GEMM staged padded, which read the unaligned operands by design (its main kernel comes last)."""
     ordered = sorted(symbols, key=symbol_order)
@@ -124,6 +124,17 @@ def vector_checked_symbols(inst, symbols: list[str]) -> set[str]:
     if getattr(inst, "padded", False):
         return set(ordered[-1:])
     return set(ordered)
+
+
+def load_widths(inst, symbols: list[str]) -> dict[str, int | None]:
+    """Per kernel of a module, the global load width its spec meant (None: not checked, vector_checked_symbols):
+    `inst.global_load_bytes()`, but for a second kernel the instance describes itself -- attention decode's
+    combine kernel loads the splits' fp32 partials combine_vec at a time (`combine_load_bytes`)."""
+    checked = vector_checked_symbols(inst, symbols)
+    ordered = sorted(symbols, key=symbol_order)
+    last = getattr(inst, "combine_load_bytes", None)
+    return {s: None if s not in checked else last if (last is not None and len(ordered) > 1 and s == ordered[-1])
+            else inst.global_load_bytes() for s in symbols}
 
 
 # ---- doctor ---------------------------------------------------------------------------------------

@@ -22,10 +22,10 @@ from codegen.targets.base import (
     ReportParseError,
     TargetSpec,
     first_output_line,
+    load_widths,
     read_launches,
     run_compiler,
     smoke_check,
-    vector_checked_symbols,
 )
 from codegen.targets.ptx_memory import PtxMemory, analyse_ptx, ptx_vector_warnings
 
@@ -323,11 +323,11 @@ def read_kernels(entry: Path, inst) -> tuple[Sm90Kernel, ...]:
     if not ptxas or set(ptx) != {k.symbol for k in ptxas}:
         raise ReportParseError(f"ptxas reported {sorted(k.symbol for k in ptxas)}, the PTX holds {sorted(ptx)}")
     launches = read_launches(entry, inst, [k.symbol for k in ptxas], {k.symbol: inst.threads for k in ptxas})
-    checked = vector_checked_symbols(inst, [k.symbol for k in ptxas])
+    widths = load_widths(inst, [k.symbol for k in ptxas])
     kernels = []
     for k in ptxas:
         launch = launches[k.symbol]
-        expected = inst.global_load_bytes() if k.symbol in checked else None
+        expected = widths[k.symbol]
         blocks, warps, limiter = sm90_occupancy(registers=k.registers, threads=launch.threads,
                                                 smem_bytes=k.smem_static_bytes + launch.dynamic_lds_bytes)
         kernels.append(Sm90Kernel(ptxas=k, ptx=ptx[k.symbol], launch=launch, blocks_per_sm=blocks,

@@ -169,6 +169,14 @@ class AttentionInstance(InstanceBase):
         """The main loop's tile copies are laid out for 16-byte loads per lane."""
         return VECTOR_LOAD_BYTES
 
+    @property
+    def combine_load_bytes(self) -> int | None:
+        """decode with a combine kernel: the fp32 partials each of its threads loads at once (combine_vec, 1 by
+        default: 4 bytes); None where no combine kernel follows (prefill, split_kv_combine fixup)."""
+        if self.variant != AttentionVariant.DECODE or self.fixup:
+            return None
+        return 4 * (self.combine_vec or 1)
+
     def stem(self) -> str:
         causal = {CausalMask.NONE: "", CausalMask.TOP_LEFT: "_causal", CausalMask.BOTTOM_RIGHT: "_causalbr"}[self.mask]
         decode = "decode_" if self.variant == AttentionVariant.DECODE else ""
