@@ -46,6 +46,18 @@ def test_peel_is_valid_and_named():
     assert not set(uris) & set(plain)
 
 
+def test_the_narrow_load_hint_names_peel_where_rows_are_not_whole_vectors():
+    """build's vector_loads warning on a row kernel says why at that shape: a row under one vector (no wide load is
+    possible), or rows off the vector boundary (peel aligns them); peeled or whole-vector rows get no hint."""
+    plain = build_instances(parse_specs(edit(PEEL, "  peel: true\n", ""), FILE))[0]
+    peeled = build_instances(parse_specs(PEEL, FILE))[0]
+    assert plain.narrow_load_hint((64, 50257)) == (
+        "rows of 50257 columns are not whole vectors of 8, so most rows start off a 16-byte boundary: peel: true "
+        "(a streamed variant) aligns each row's loads between a scalar head and tail")
+    assert plain.narrow_load_hint((64, 5)) == "a row of 5 column(s) is less than one vector of 8: no load can be 16 bytes wide"
+    assert plain.narrow_load_hint((64, 50256)) is None and peeled.narrow_load_hint((64, 50257)) is None
+
+
 def test_peel_rules():
     lines = errors(edit(PEEL, "variant: two_pass", "variant: online"))
     assert [ln for ln in lines if "[peel_variant]" in ln] == [

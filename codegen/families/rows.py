@@ -368,6 +368,21 @@ class RowInstance(InstanceBase):
         """`vector` contiguous input elements per lane: one load of vector x dtype bytes (at most 16)."""
         return min(ROW_VECTOR_BYTES, self.vector * DTYPE_BYTES[DType(self.spec_dtypes[0])])
 
+    def narrow_load_hint(self, shape: tuple) -> str | None:
+        """Why the loads are narrower at this shape: a row shorter than one vector, or rows of a column count that
+        is not whole vectors (each row after the first starts off the vector boundary) -- which peel aligns."""
+        cols = shape[-1]
+        if not isinstance(cols, int):
+            return None
+        width = self.global_load_bytes()
+        if cols < self.vector:
+            return f"a row of {cols} column(s) is less than one vector of {self.vector}: no load can be {width} bytes wide"
+        if cols % self.vector and not self.peel:
+            return (f"rows of {cols} columns are not whole vectors of {self.vector}, so most rows start off a "
+                    f"{width}-byte boundary: peel: true (a streamed variant) aligns each row's loads between a scalar "
+                    "head and tail")
+        return None
+
     def stem(self) -> str:
         parts = [f"{self.op}_{dtype_tag(*self.spec_dtypes[:2])}", *self._fused_tags(), self._variant_tag(),
                  f"t{self.threads}", f"v{self.vector}"]
