@@ -97,6 +97,12 @@ def test_yaml_1_1_booleans_and_octals_are_not_surprises():
     ]
     [spec] = parse_specs(edit(BASE, "{m: 256, n: 256, k: 256}", "{m: 256, n: 256, k: 0256}"), FILE)
     assert spec.spec.shapes[0].k == 256
+    # YAML 1.1's digit separators are strings in 1.2 (no `0x_` reaching int() either); 0x and 0o are 1.2's
+    for written in ("2_56", "0x_", "0x1_0"):
+        assert errors(edit(BASE, "k: 256}", f"k: {written}}}")) == [
+            f"specs/x.yaml:6:27: shapes[0].k='{written}': Input should be a valid integer [int_type]"]
+    [spec] = parse_specs(edit(BASE, "{m: 256, n: 256, k: 256}", "{m: 0x100, n: 0o400, k: 256}"), FILE)
+    assert (spec.spec.shapes[0].m, spec.spec.shapes[0].n) == (256, 256)
 
 
 @pytest.mark.parametrize(

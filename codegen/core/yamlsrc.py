@@ -68,7 +68,7 @@ class _CoreSchemaLoader(yaml.SafeLoader):
     yaml_implicit_resolvers: ClassVar[dict] = {}  # filled below; PyYAML's YAML 1.1 ones are not inherited
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        text = self.construct_scalar(node).replace("_", "")
+        text = self.construct_scalar(node)
         return int(text, 0) if text.startswith(("0x", "0o")) else int(text, 10)  # "010" is 10, as in YAML 1.2
 
 
@@ -79,7 +79,8 @@ for _tag, _pattern, _first in (
     ("tag:yaml.org,2002:merge", r"^(?:<<)$", ["<"]),  # recognised only to be refused with a clear message
     ("tag:yaml.org,2002:null", r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
     ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", list("tTfF")),
-    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+)$", list("-+0123456789")),
+    # YAML 1.2's core schema: no digit separators (`1_000` is YAML 1.1's, a string here)
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0x[0-9a-fA-F]+|0o[0-7]+)$", list("-+0123456789")),
     ("tag:yaml.org,2002:float",
      r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
      list("-+.0123456789")),

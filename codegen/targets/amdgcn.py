@@ -219,7 +219,7 @@ def parse_asm(text: str, lds_banks: int | None = None) -> list[AmdAsm]:
     meta_match = _META_RE.search(text)
     if meta_match is None:
         raise ReportParseError("no .amdgpu_metadata block: not amdgcn assembly from clang -S")
-    meta = yaml.load(meta_match.group(1), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+    meta = yaml.safe_load(meta_match.group(1)) or {}  # the compiler's own metadata (YAML 1.1, as LLVM writes it)
     by_name = {k[".name"]: k for k in meta.get("amdhsa.kernels", [])}
     funcs = list(_FUNC_RE.finditer(text))
     end = meta_match.start()
