@@ -192,6 +192,15 @@ def test_unroll_is_bounded_where_it_is_written_and_in_a_search_list():
         "specs/x.yaml:14:11: unroll=64: shapes[0].k=256 is not a multiple of block_k*unroll=2048 [unroll_divides]"]
 
 
+def test_min_waves_per_simd_needs_an_amd_target():
+    """An occupancy floor in waves per SIMD exists on gfx942/gfx950 only: on an sm_90-only spec it would be ignored."""
+    text = edit(BASE, "  tail: none\n", "  tail: none\n  min_waves_per_simd: 2\n")
+    assert build_instances(parse_specs(text, FILE))  # gfx942: the floor build checks
+    assert errors(edit(text, "targets: [gfx942]", "targets: [sm_90]")) == [
+        ("specs/x.yaml:15:23: min_waves_per_simd=2: an occupancy floor of the AMD targets (waves per SIMD); none of "
+         "sm_90 has one [min_waves_per_simd_target]")]
+
+
 def test_missing_field_points_at_its_mapping():
     text = edit(BASE, "{m: 256, n: 256, k: 256}", "{m: 256, n: 256}")
     assert errors(text) == ["specs/x.yaml:6:7: shapes[0].k: required field is missing [missing]"]

@@ -61,6 +61,12 @@ def build_instances(loaded: list[LoadedSpec], targets: list[Target] | None = Non
             if tgt not in spec.targets:
                 errors.append(SpecError(ls.locate(("search", tgt.value), key=True),
                                         f"search.{tgt.value}: {tgt.value} is not in targets", "search_target"))
+        floor = getattr(spec, "min_waves_per_simd", None)
+        if floor is not None and not any(TARGETS[t].hw.vendor == "amd" for t in spec.targets):
+            errors.append(SpecError(ls.locate(("min_waves_per_simd",)),
+                                    f"min_waves_per_simd={floor}: an occupancy floor of the AMD targets (waves per "
+                                    f"SIMD); none of {', '.join(t.value for t in spec.targets)} has one",
+                                    "min_waves_per_simd_target"))
         fam = family_for_op(spec.op)
         for tgt in sorted(set(spec.targets)):
             violations = fam.check(spec, TARGETS[tgt])
