@@ -324,8 +324,13 @@ def test_incomplete_gfx942_toolchain_names_what_is_missing(tmp_path):
 def test_build_stops_before_lowering_when_the_toolchain_is_missing(tmp_path):
     opts = BuildOptions(names=("gemm_fp16_nt",), targets=(Target.GFX942,), gfx942_env=tmp_path / "env.json",
                         cache_dir=tmp_path / "cache")
-    with pytest.raises(ToolchainMissing, match="bash tools/fetch-gfx942-toolchain.sh"):
+    with pytest.raises(ToolchainMissing, match=r"bash tools/fetch-gfx942-toolchain.sh`\)$"):
         build(PROJECT, opts)
+    assert not (tmp_path / "cache").exists()
+    # a selection of other targets too: the message says how to build those alone
+    with pytest.raises(ToolchainMissing, match=r"bash tools/fetch-gfx942-toolchain.sh`\); or build the other targets "
+                                               r"alone: -t sm_90$"):
+        build(PROJECT, replace(opts, targets=(Target.GFX942, Target.SM_90)))
     assert not (tmp_path / "cache").exists()
 
 

@@ -42,7 +42,7 @@ from codegen.core.errors import TilegenError
 from codegen.core.events import Event, OnEvent, ignore
 from codegen.core.files import dump_json, write_text_atomic
 from codegen.core.hardware import Target
-from codegen.core.toolchain import find_tilelang
+from codegen.core.toolchain import ToolchainMissing, find_tilelang
 from codegen.core.workers import WorkerPool, deferred_termination, load_tilelang, tilelang_log_level
 from codegen.families.spec import TailPolicy
 from codegen.generate.instance import KernelInstance
@@ -401,6 +401,19 @@ def build(project: Project, opts: BuildOptions, *, on_event: OnEvent = ignore) -
     return replace(report, written=written, wall_s=time.perf_counter() - t_start)
 
 
+def _toolchain(target: Target, root: Path, opts: BuildOptions, targets: list[Target]):
+    """The target's toolchain; where it is missing and the selection has other targets, the error says how to
+    build those alone."""
+    try:
+        return find_toolchain(target, root, gfx942_env=opts.gfx942_env)
+    except ToolchainMissing as exc:
+        others = [t.value for t in targets if t != target]
+        if not others:
+            raise
+        raise ToolchainMissing(f"{exc}; or build the other targets alone: "
+                               f"{' '.join(f'-t {t}' for t in others)}") from None
+
+
 def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
                 on_event: OnEvent = ignore) -> BuildReport:
     """Build rendered files (the project's, or specs written in memory by a sweep) with the toolchains
@@ -409,7 +422,7 @@ def build_files(files: list[RenderedFile], root: Path, opts: BuildOptions, *,
     then an "advance" event per build as it finishes (status "cached" for a hit)."""
     t_start = time.perf_counter()
     targets = sorted({f.instance.target for f in files})
-    toolchains = {t: find_toolchain(t, root, gfx942_env=opts.gfx942_env) for t in targets}
+    toolchains = {t: _toolchain(t, root, opts, targets) for t in targets}
     cache = BuildCache(opts.cache_dir or confined(root, root / ".cache" / "build"))
     cache.open()
     cache.sweep_staging()
