@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import warnings
 
 import pytest
@@ -368,9 +369,61 @@ def test_no_kernel_of_the_kind_says_so(ops):
 
 def test_strict_mode_raises_instead_of_falling_back(project):
     strict = _load(project, strict=True)
-    with pytest.raises(NoKernelError, match=r"tilegen.gemm 3000x256x128 .*strict mode"):
-        strict.linear(bf16(3000, 128), bf16(256, 128))
+    for _ in range(2):
+        with pytest.raises(NoKernelError, match=r"tilegen.gemm 3000x256x128 .*strict mode"):
+            strict.linear(bf16(3000, 128), bf16(256, 128))
+    assert strict.stats() == []  # a refused call ran nothing: not counted as a fallback
     assert strict.linear(bf16(16, 128), bf16(256, 128)).shape == (16, 256)  # kernels still run
+    assert [(s.shape, s.calls) for s in strict.stats()] == [((16, 256, 128), 1)]
+
+
+def test_the_gemm_fallback_to_a_wider_output_rounds_the_fp32_product_once(ops):
+    """16-bit inputs and an fp32 output: the product in fp32, not rounded to the inputs' dtype first."""
+    a, b = bf16(8, 12), bf16(12, 10)
+    with pytest.warns(FallbackWarning):
+        y = ops.gemm(a, b, out_dtype=torch.float32)
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, a.float() @ b.float(), rtol=1e-6, atol=1e-6)
+    assert (y - (a @ b).float()).abs().max() > 0  # the negative control: the bf16 product differs
+
+
+def test_arguments_that_are_not_tensors_or_numbers_are_refused_by_name(ops):
+    x, w = bf16(4, 256), bf16(256)
+    for call, message in (
+            (lambda: ops.gemm(None, w), "tilegen.gemm: a must be a torch.Tensor, not NoneType"),
+            (lambda: ops.softmax([1.0, 2.0]), "tilegen.softmax: x must be a torch.Tensor, not list"),
+            (lambda: ops.rmsnorm([1.0, 2.0], w, 1e-5), "tilegen.rmsnorm: x must be a torch.Tensor, not list"),
+            (lambda: ops.rmsnorm(x, w, None), "tilegen.rmsnorm: eps must be a number, not NoneType"),
+            (lambda: ops.rmsnorm(x, w, "1e-5"), "tilegen.rmsnorm: eps must be a number, not str"),
+            (lambda: ops.linear(x, bf16(8, 256), scale="a"), "tilegen.gemm: scale must be a number, not str"),
+            (lambda: ops.attention(*(bf16(1, 4, 2, 64),) * 3, scale="a"), "tilegen.attention: scale must be a number")):
+        with pytest.raises(OpsInputError, match=re.escape(message)):
+            call()
+    assert ops.rmsnorm(x, w, 1e-5).shape == ops.rmsnorm(x, w, 1).shape == (4, 256)  # int and float numbers pass
+
+
+def test_load_takes_the_target_by_name(project):
+    assert _load(project, target="sm_90").target == Target.SM_90
+    with pytest.raises(OpsError, match="target 'sm_91' is not one of gfx942, gfx950, sm_90"):
+        _load(project, target="sm_91")
+
+
+def test_a_copied_model_shares_the_ops_it_calls(ops):
+    """copy.deepcopy of a model holding the Ops (a patched layer) keeps calling the same Ops: its handle names it."""
+    import copy
+
+    holder = torch.nn.Module()
+    holder.ops = ops
+    assert copy.deepcopy(holder).ops is ops and copy.copy(ops) is ops
+
+
+def test_zero_columns_keep_their_rows_in_the_shape_and_head_dim_zero_is_refused(ops):
+    with pytest.warns(FallbackWarning, match=r"tilegen.softmax 4x0 "):
+        assert ops.softmax(torch.randn(4, 0).half()).shape == (4, 0)
+    assert [s.shape for s in ops.stats() if s.op == "softmax"] == [(4, 0)]
+    q = torch.randn(1, 3, 2, 0).half()
+    with pytest.raises(OpsInputError, match="head_dim is 0"):
+        ops.attention(q, q, q)
 
 
 def test_every_family_runs_its_kernel_with_its_workspaces(ops):

@@ -330,7 +330,9 @@ class GemmAdapter(Adapter):
         a = args.a.t() if ta else args.a
         b = args.b.t() if tb else args.b
         if args.a.dtype in (torch.float16, torch.bfloat16):
-            return torch.matmul(a, b).to(args.out_dtype)
+            if args.out_dtype == args.a.dtype:  # fp32 accumulation, one rounding to the inputs' dtype
+                return torch.matmul(a, b)
+            return torch.matmul(a.float(), b.float()).to(args.out_dtype)  # the fp32 product, rounded once
         if args.a.dtype == torch.float32:
             with full_fp32(allow_tf32=args.precision == "tf32"):
                 return torch.matmul(a, b).to(args.out_dtype)
@@ -588,8 +590,8 @@ def _as_rows(x, shape):
 
 
 def _rows(x) -> tuple[int, int]:
-    cols = x.shape[-1]
-    return (x.numel() // cols if cols else 0), cols
+    """x viewed as [rows, last dim]: the product of the leading sizes (0 columns keep their rows)."""
+    return math.prod(x.shape[:-1]), x.shape[-1]
 
 
 def _fp32_scale(op: str, scale) -> float | None:
@@ -937,6 +939,7 @@ class AttentionAdapter(Adapter):
                                                        f"k ({_shape(args.k)}) [batch, seq_kv, kv_heads, head_dim]: "
                                                        "batch and head_dim differ")
         _require(kvh > 0 and h % kvh == 0, op, lambda: f"heads={h} is not a multiple of kv_heads={kvh}")
+        _require(d > 0, op, lambda: f"head_dim is 0 (q is {_shape(args.q)})")
         _require(args.mask in MASKS, op, lambda: f"causal={args.mask!r} is not one of False, True, {', '.join(MASKS[1:])}")
         _require(args.mask != "bottom_right" or sq <= skv, op,
                  lambda: f"causal bottom_right with seq_q={sq} over seq_kv={skv}: the first queries would see no key")

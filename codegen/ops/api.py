@@ -15,6 +15,7 @@ launch. A call of a new key is checked in full, and refused before anything runs
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,6 +189,8 @@ class Ops:
         fp32 inputs only, ieee (default), tf32 or 3xtf32. With epilogue ops -- bias [N] (its own dtype), scale,
         activation (relu, gelu_tanh, gelu_erf, silu), residual [M, N] (C's dtype) times beta -- C = act(scale * AB +
         bias) + beta * residual in fp32, one rounding, served only by the kernels of exactly those ops."""
+        if not isinstance(a, torch.Tensor):
+            raise OpsInputError(f"tilegen.gemm: a must be a torch.Tensor, not {type(a).__name__}")
         if out_dtype is None:
             if a.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):
                 raise OpsInputError("tilegen.gemm: fp8 inputs need out_dtype (the kernels write fp16, bf16 or fp32)")
@@ -195,15 +198,18 @@ class Ops:
         if precision is None:
             precision = "ieee" if a.dtype == torch.float32 else ""
         if bias is not None or scale is not None or activation is not None or residual is not None or beta != 1.0:
-            scale = None if scale is None else float(scale)
+            scale = None if scale is None else _number("gemm", "scale", scale)
+            beta = _number("gemm", "beta", beta)
             activation = "" if activation is None else activation
             if _direct(a, b, bias, residual):
                 return self.run_op("gemm_epilogue", GemmEpilogueArgs(a, b, layout, out_dtype, precision, bias, residual,
                                                                      scale, activation, float(beta)))
+            _tensors("gemm", a=a, b=b, bias=bias, residual=residual)
             return _custom_op("gemm_epilogue", a, b, bias, residual, layout, out_dtype, precision, scale, activation,
                               float(beta), self.handle)
         if _direct(a, b):
             return self.run_op("gemm", GemmArgs(a, b, layout, out_dtype, precision))
+        _tensors("gemm", a=a, b=b)
         return _custom_op("gemm", a, b, layout, out_dtype, precision, self.handle)
 
     def gated_mlp(self, x, w_gate, w_up, *, activation: str = "silu"):
@@ -215,6 +221,7 @@ class Ops:
         if _direct(flat, w_gate, w_up):
             y = self.run_op("gated_mlp", GatedArgs(flat, w_gate, w_up, activation))
         else:
+            _tensors("gated_mlp", w_gate=w_gate, w_up=w_up)
             y = _custom_op("gated_mlp", flat, w_gate, w_up, activation, self.handle)
         return y if x.dim() == 2 else y.view(*x.shape[:-1], w_gate.shape[0])
 
@@ -223,48 +230,55 @@ class Ops:
         shape or [cols] for every row; -inf masks an element out) the softmax of the fp32 logits x * scale + mask,
         served by the kernels of that scale and mask kind."""
         if scale is not None:
-            scale = float(scale)
+            scale = _number("softmax", "scale", scale)
         if _direct(x, mask):
             return self.run_op("softmax", SoftmaxArgs(x, mask, scale))
+        _tensors("softmax", x=x, mask=mask)
         return _custom_op("softmax", x, mask, scale, self.handle)
 
     def rmsnorm(self, x, weight, eps: float):
         """x * rsqrt(mean(x^2) + eps) * weight over the last dimension (fp32 arithmetic, one rounding)."""
         if _direct(x, weight):
-            return self.run_op("rmsnorm", RowArgs(x, weight, None, float(eps)))
-        return _custom_op("rmsnorm", x, weight, float(eps), self.handle)
+            return self.run_op("rmsnorm", RowArgs(x, weight, None, _number("rmsnorm", "eps", eps)))
+        _tensors("rmsnorm", x=x, weight=weight)
+        return _custom_op("rmsnorm", x, weight, _number("rmsnorm", "eps", eps), self.handle)
 
     def layernorm(self, x, weight, bias, eps: float):
         """(x - mean) * rsqrt(var + eps) * weight + bias over the last dimension (biased variance)."""
         if _direct(x, weight, bias):
-            return self.run_op("layernorm", RowArgs(x, weight, bias, float(eps)))
-        return _custom_op("layernorm", x, weight, bias, float(eps), self.handle)
+            return self.run_op("layernorm", RowArgs(x, weight, bias, _number("layernorm", "eps", eps)))
+        _tensors("layernorm", x=x, weight=weight, bias=bias)
+        return _custom_op("layernorm", x, weight, bias, _number("layernorm", "eps", eps), self.handle)
 
     def add_rmsnorm(self, x, residual, weight, eps: float):
         """The residual add and the RMSNorm of the sum in one pass: s = x + residual (stored in x's dtype),
         (rmsnorm(s, weight, eps), s) -- the normalised rows and the next block's residual."""
         if _direct(x, residual, weight):
-            return self.run_op("add_rmsnorm", RowArgs(x, weight, None, float(eps), residual))
-        return _custom_op("add_rmsnorm", x, residual, weight, float(eps), self.handle)
+            return self.run_op("add_rmsnorm", RowArgs(x, weight, None, _number("add_rmsnorm", "eps", eps), residual))
+        _tensors("add_rmsnorm", x=x, residual=residual, weight=weight)
+        return _custom_op("add_rmsnorm", x, residual, weight, _number("add_rmsnorm", "eps", eps), self.handle)
 
     def add_layernorm(self, x, residual, weight, bias, eps: float):
         """s = x + residual (x's dtype); (layernorm(s, weight, bias, eps), s)."""
         if _direct(x, residual, weight, bias):
-            return self.run_op("add_layernorm", RowArgs(x, weight, bias, float(eps), residual))
-        return _custom_op("add_layernorm", x, residual, weight, bias, float(eps), self.handle)
+            return self.run_op("add_layernorm", RowArgs(x, weight, bias, _number("add_layernorm", "eps", eps), residual))
+        _tensors("add_layernorm", x=x, residual=residual, weight=weight, bias=bias)
+        return _custom_op("add_layernorm", x, residual, weight, bias, _number("add_layernorm", "eps", eps), self.handle)
 
     def rmsnorm_fp8(self, x, weight, eps: float):
         """rmsnorm in the target's fp8 e4m3 with a per-token scale: (q, scale), y ~ q * scale, scale [..., 1] fp32 =
         max(amax|y| / fp8_max, 2^-126) per row (the activations of a row-wise scaled fp8 GEMM)."""
         if _direct(x, weight):
-            return self.run_op("rmsnorm_fp8", RowArgs(x, weight, None, float(eps)))
-        return _custom_op("rmsnorm_fp8", x, weight, float(eps), self.handle)
+            return self.run_op("rmsnorm_fp8", RowArgs(x, weight, None, _number("rmsnorm_fp8", "eps", eps)))
+        _tensors("rmsnorm_fp8", x=x, weight=weight)
+        return _custom_op("rmsnorm_fp8", x, weight, _number("rmsnorm_fp8", "eps", eps), self.handle)
 
     def add_rmsnorm_fp8(self, x, residual, weight, eps: float):
         """add_rmsnorm with rmsnorm_fp8's output: (q, scale, s)."""
         if _direct(x, residual, weight):
-            return self.run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, float(eps), residual))
-        return _custom_op("add_rmsnorm_fp8", x, residual, weight, float(eps), self.handle)
+            return self.run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, _number("add_rmsnorm_fp8", "eps", eps), residual))
+        _tensors("add_rmsnorm_fp8", x=x, residual=residual, weight=weight)
+        return _custom_op("add_rmsnorm_fp8", x, residual, weight, _number("add_rmsnorm_fp8", "eps", eps), self.handle)
 
     def rope(self, q, k, cos, sin, *, tables: str = "half"):
         """Rotary embedding (rotate_half, NeoX/Llama) of q [tokens, heads, head_dim] and k [tokens, kv_heads,
@@ -273,6 +287,7 @@ class Ops:
         (served by specs with `tables: full`)."""
         if _direct(q, k, cos, sin):
             return self.run_op("rope", RopeArgs(q, k, cos, sin, tables))
+        _tensors("rope", q=q, k=k, cos=cos, sin=sin)
         return _custom_op("rope", q, k, cos, sin, tables, self.handle)
 
     def attention(self, q, k, v, *, causal=False, scale: float | None = None):
@@ -282,6 +297,7 @@ class Ops:
         mask, scale = mask_name(causal), _scale(scale)
         if _direct(q, k, v):
             return self.run_op("attention", AttentionArgs(q, k, v, mask, scale))
+        _tensors("attention", q=q, k=k, v=v)
         return _custom_op("attention", q, k, v, mask, scale, self.handle)
 
     def attention_decode(self, q, k, v, *, causal=False, scale: float | None = None):
@@ -289,9 +305,18 @@ class Ops:
         mask, scale = mask_name(causal), _scale(scale)
         if _direct(q, k, v):
             return self.run_op("attention_decode", AttentionArgs(q, k, v, mask, scale))
+        _tensors("attention_decode", q=q, k=k, v=v)
         return _custom_op("attention_decode", q, k, v, mask, scale, self.handle)
 
     # ---- observation -----------------------------------------------------------------------------------------
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        """The Ops itself: a copy of a model that calls it (copy.deepcopy of a patched layer) shares its kernels,
+        caches and counts -- and its handle, which names this object to the custom ops."""
+        return self
+
     def stats(self) -> list[StatRow]:
         """Calls so far, per (op, want, shape, route, kernel), sorted. A CUDA graph's replays do not call the
         ops again: they are counted once, when captured."""
@@ -353,11 +378,12 @@ class Ops:
             key = plan = None
         if plan is None:
             plan = self._first_call(op, args, key)
-        plan.calls += 1
         if plan.launch is not None:
+            plan.calls += 1
             return plan.launch(args)
         if not plan.warned or self.strict:
-            self._fell_back(op, plan)
+            self._fell_back(op, plan)  # strict: raises, and the refused call is not counted
+        plan.calls += 1
         return plan.fallback(self._ctx, args)
 
     def _first_call(self, op: str, args, key) -> _Plan:
@@ -471,6 +497,21 @@ def _custom_op(name: str, *args):
     return getattr(_OPS, name + library.NOGRAD)(*args)
 
 
+def _tensors(op: str, **named) -> None:
+    """The calls `_direct` leaves to torch's dispatcher: an argument that is not a tensor (None where optional) is
+    refused here, by name, not by the dispatcher's schema error."""
+    for name, t in named.items():
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise OpsInputError(f"tilegen.{op}: {name} must be a torch.Tensor, not {type(t).__name__}")
+
+
+def _number(op: str, name: str, value) -> float:
+    """A scalar argument (eps, scale, beta): a real number -- not a string, None or bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OpsInputError(f"tilegen.{op}: {name} must be a number, not {type(value).__name__}")
+    return float(value)
+
+
 def _check_rows(op: str, name: str, x) -> None:
     """An input the op views as [rows, last dim]: a contiguous tensor of at least one dimension (a strided view is
     refused, never copied by the reshape)."""
@@ -485,7 +526,7 @@ def _check_rows(op: str, name: str, x) -> None:
 def _scale(scale):
     if scale is None:
         return None
-    scale = float(scale)
+    scale = _number("attention", "scale", scale)
     if not (math.isfinite(scale) and scale > 0):
         raise OpsInputError(f"tilegen.attention: scale must be a positive number, not {scale}")
     return scale
@@ -502,6 +543,11 @@ def load(project_dir: str | Path | None = None, *, strict: bool = False, backend
     from codegen.spec.project import resolve_root
 
     root = resolve_root(Path(project_dir) if project_dir is not None else None)
+    if target is not None and not isinstance(target, Target):
+        try:
+            target = Target(target)  # "sm_90" as well as Target.SM_90
+        except ValueError:
+            raise OpsError(f"tilegen.load: target {target!r} is not one of {', '.join(t.value for t in Target)}") from None
     if backend is None:
         from codegen.run.gpu import NoGpu, detect_gpu
 
