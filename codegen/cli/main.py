@@ -259,6 +259,8 @@ def new_gemm(
 
 
 Jobs = Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Parallel compile processes (default: all cores).")]
+
+
 def _seconds(value: float) -> float:
     """A --timeout: a finite number of seconds > 0 (0, a negative number or nan would kill every case at once or
     none ever)."""
