@@ -507,6 +507,8 @@ def _tensors(op: str, **named) -> None:
 
 def _number(op: str, name: str, value) -> float:
     """A scalar argument (eps, scale, beta): a real number -- not a string, None or bool."""
+    if type(value) is float:  # the common case, without the ABC check below (this runs on every call)
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise OpsInputError(f"tilegen.{op}: {name} must be a number, not {type(value).__name__}")
     return float(value)
