@@ -238,47 +238,53 @@ class Ops:
 
     def rmsnorm(self, x, weight, eps: float):
         """x * rsqrt(mean(x^2) + eps) * weight over the last dimension (fp32 arithmetic, one rounding)."""
+        eps = _number("rmsnorm", "eps", eps)
         if _direct(x, weight):
-            return self.run_op("rmsnorm", RowArgs(x, weight, None, _number("rmsnorm", "eps", eps)))
+            return self.run_op("rmsnorm", RowArgs(x, weight, None, eps))
         _tensors("rmsnorm", x=x, weight=weight)
-        return _custom_op("rmsnorm", x, weight, _number("rmsnorm", "eps", eps), self.handle)
+        return _custom_op("rmsnorm", x, weight, eps, self.handle)
 
     def layernorm(self, x, weight, bias, eps: float):
         """(x - mean) * rsqrt(var + eps) * weight + bias over the last dimension (biased variance)."""
+        eps = _number("layernorm", "eps", eps)
         if _direct(x, weight, bias):
-            return self.run_op("layernorm", RowArgs(x, weight, bias, _number("layernorm", "eps", eps)))
+            return self.run_op("layernorm", RowArgs(x, weight, bias, eps))
         _tensors("layernorm", x=x, weight=weight, bias=bias)
-        return _custom_op("layernorm", x, weight, bias, _number("layernorm", "eps", eps), self.handle)
+        return _custom_op("layernorm", x, weight, bias, eps, self.handle)
 
     def add_rmsnorm(self, x, residual, weight, eps: float):
         """The residual add and the RMSNorm of the sum in one pass: s = x + residual (stored in x's dtype),
         (rmsnorm(s, weight, eps), s) -- the normalised rows and the next block's residual."""
+        eps = _number("add_rmsnorm", "eps", eps)
         if _direct(x, residual, weight):
-            return self.run_op("add_rmsnorm", RowArgs(x, weight, None, _number("add_rmsnorm", "eps", eps), residual))
+            return self.run_op("add_rmsnorm", RowArgs(x, weight, None, eps, residual))
         _tensors("add_rmsnorm", x=x, residual=residual, weight=weight)
-        return _custom_op("add_rmsnorm", x, residual, weight, _number("add_rmsnorm", "eps", eps), self.handle)
+        return _custom_op("add_rmsnorm", x, residual, weight, eps, self.handle)
 
     def add_layernorm(self, x, residual, weight, bias, eps: float):
         """s = x + residual (x's dtype); (layernorm(s, weight, bias, eps), s)."""
+        eps = _number("add_layernorm", "eps", eps)
         if _direct(x, residual, weight, bias):
-            return self.run_op("add_layernorm", RowArgs(x, weight, bias, _number("add_layernorm", "eps", eps), residual))
+            return self.run_op("add_layernorm", RowArgs(x, weight, bias, eps, residual))
         _tensors("add_layernorm", x=x, residual=residual, weight=weight, bias=bias)
-        return _custom_op("add_layernorm", x, residual, weight, bias, _number("add_layernorm", "eps", eps), self.handle)
+        return _custom_op("add_layernorm", x, residual, weight, bias, eps, self.handle)
 
     def rmsnorm_fp8(self, x, weight, eps: float):
         """rmsnorm in the target's fp8 e4m3 with a per-token scale: (q, scale), y ~ q * scale, scale [..., 1] fp32 =
         max(amax|y| / fp8_max, 2^-126) per row (the activations of a row-wise scaled fp8 GEMM)."""
+        eps = _number("rmsnorm_fp8", "eps", eps)
         if _direct(x, weight):
-            return self.run_op("rmsnorm_fp8", RowArgs(x, weight, None, _number("rmsnorm_fp8", "eps", eps)))
+            return self.run_op("rmsnorm_fp8", RowArgs(x, weight, None, eps))
         _tensors("rmsnorm_fp8", x=x, weight=weight)
-        return _custom_op("rmsnorm_fp8", x, weight, _number("rmsnorm_fp8", "eps", eps), self.handle)
+        return _custom_op("rmsnorm_fp8", x, weight, eps, self.handle)
 
     def add_rmsnorm_fp8(self, x, residual, weight, eps: float):
         """add_rmsnorm with rmsnorm_fp8's output: (q, scale, s)."""
+        eps = _number("add_rmsnorm_fp8", "eps", eps)
         if _direct(x, residual, weight):
-            return self.run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, _number("add_rmsnorm_fp8", "eps", eps), residual))
+            return self.run_op("add_rmsnorm_fp8", RowArgs(x, weight, None, eps, residual))
         _tensors("add_rmsnorm_fp8", x=x, residual=residual, weight=weight)
-        return _custom_op("add_rmsnorm_fp8", x, residual, weight, _number("add_rmsnorm_fp8", "eps", eps), self.handle)
+        return _custom_op("add_rmsnorm_fp8", x, residual, weight, eps, self.handle)
 
     def rope(self, q, k, cos, sin, *, tables: str = "half"):
         """Rotary embedding (rotate_half, NeoX/Llama) of q [tokens, heads, head_dim] and k [tokens, kv_heads,

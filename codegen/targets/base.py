@@ -115,7 +115,7 @@ def read_launches(entry: Path, inst, symbols: list[str], default_threads: dict[s
 
 def vector_checked_symbols(inst, symbols: list[str]) -> set[str]:
     """The kernels whose global loads are checked against the width the spec meant
-    (`expected_load_bytes`): all of them, except the edge kernels of a specialized tail, which
+    (`load_widths`): all of them, except the edge kernels of a specialized tail, which
     handle the ragged rest and may load narrower by design (the interior kernel comes first), and the staging
     kernels of a GEMM staged padded, which read the unaligned operands by design (its main kernel comes last)."""
     ordered = sorted(symbols, key=symbol_order)

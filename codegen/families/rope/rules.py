@@ -44,6 +44,12 @@ def pass_items(spec: RopeSpec, shape: RopeShape) -> int:
     return (shape.heads + shape.kv_heads) * ((spec.head_dim - spec.rotary_dim) // spec.vector)
 
 
+def _whole_items(spec: RopeSpec) -> bool:
+    """Whether the head splits into whole items (rules rotary_dim and vector_width pass): what the item counts need."""
+    return not (spec.rotary_dim % 2 or spec.rotary_dim > spec.head_dim or (spec.rotary_dim // 2) % spec.vector
+                or (spec.head_dim - spec.rotary_dim) % spec.vector)
+
+
 def rope_dtype_supported(c: RopeContext) -> Iterator[Violation]:
     d = c.spec.dtypes
     for part in ("input", "out"):
@@ -100,8 +106,7 @@ def rope_tail_policy(c: RopeContext) -> Iterator[Violation]:
         return
     if spec.tail != TailPolicy.NONE:
         return
-    if spec.rotary_dim % 2 or spec.rotary_dim > spec.head_dim or (spec.rotary_dim // 2) % spec.vector \
-            or (spec.head_dim - spec.rotary_dim) % spec.vector:
+    if not _whole_items(spec):
         return  # rotary_dim / vector_width report it
     for i, s in enumerate(spec.shapes):
         for what, n in (("rotation", rotation_items(spec, s)), ("pass-through", pass_items(spec, s))):
@@ -120,8 +125,7 @@ def rope_items_per_thread(c: RopeContext) -> Iterator[Violation]:
     code, each holding its vectors in registers; past MAX_ITEMS_PER_THREAD the compile takes minutes and
     gigabytes (8192 items a thread did not finish in 5 minutes) and the kernel would not run well anyway."""
     spec = c.spec
-    if spec.rotary_dim % 2 or spec.rotary_dim > spec.head_dim or (spec.rotary_dim // 2) % spec.vector \
-            or (spec.head_dim - spec.rotary_dim) % spec.vector or spec.threads <= 0:
+    if not _whole_items(spec):
         return  # rotary_dim / vector_width report it
     for i, s in enumerate(spec.shapes):
         items = -(-rotation_items(spec, s) // spec.threads) + -(-pass_items(spec, s) // spec.threads)
